@@ -1,0 +1,45 @@
+//! # dsh-core
+//!
+//! The vocabulary of dsh and its pure parts: tool definitions, the input a call carries,
+//! pre-execute decisions, results (candidate and frozen), the stable error codes, content
+//! blocks, session events, the hook traits, the around-wrappers shipped with dsh, the registry
+//! with compiled schemas, and the signal type. No actors and no I/O live here; the pipeline
+//! that strings these together is in `dsh-scheduler`.
+//!
+//! ```
+//! use dsh_core::{ErrorCode, ToolRegistry};
+//! let registry = ToolRegistry::new();
+//! assert!(registry.is_empty());
+//! assert_eq!(ErrorCode::UnknownTool.as_str(), "UNKNOWN_TOOL");
+//! ```
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod around;
+pub mod content;
+pub mod dispatcher;
+pub mod error;
+pub mod event;
+pub mod hooks;
+pub mod live;
+pub mod registry;
+pub mod result;
+pub mod signal;
+pub mod tool;
+
+pub use around::Around;
+pub use content::ContentBlock;
+pub use dispatcher::SubCallDispatcher;
+pub use error::{CoreError, ErrorCode};
+pub use event::{EventBody, SessionEvent};
+pub use hooks::{
+    ApprovalAnswer, ApprovalRequest, ApprovalResponder, HookError, Hooks, PostExecuteContext,
+    PostExecuteHandler, PostExecuteOutcome, PreExecuteContext, PreExecuteHandler,
+    PreExecuteOutcome, PreToolDecision, Replacement, ResultObserver,
+};
+pub use registry::{RegisteredTool, ToolRegistry};
+pub use result::{DeferredMessage, FrozenResult, ToolError};
+pub use signal::{CancelHandle, CancelReason, Signal};
+pub use tool::{
+    Arguments, ExecutionMode, RetryPolicy, ToolCall, ToolContext, ToolDefinition,
+    ToolExecutionInput, ToolFailure,
+};

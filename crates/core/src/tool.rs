@@ -1,0 +1,308 @@
+//! What a tool is: its definition, the input it runs with, and how it fails.
+
+use crate::content::ContentBlock;
+use crate::dispatcher::SubCallDispatcher;
+use crate::error::ErrorCode;
+use crate::signal::Signal;
+use async_trait::async_trait;
+use serde_json::Value;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the scheduler may place a tool's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecutionMode {
+    /// A barrier: runs alone, after every earlier call and before every later one.
+    #[default]
+    Exclusive,
+    /// May share the rolling pool with neighbouring parallel calls, when
+    /// [`ToolDefinition::is_concurrency_safe`] also returns `true` for the input.
+    Parallel,
+}
+
+/// Opt-in retries for a tool, applied by the retry wrapper to failures marked retryable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included (1 means no retry).
+    pub max_attempts: u32,
+    /// Wait before the second attempt; doubled for each further one.
+    pub backoff: Duration,
+}
+
+/// A failure reported by a tool's body (or by a wrapper around it).
+///
+/// ```
+/// use dsh_core::{ErrorCode, ToolFailure};
+/// let f = ToolFailure::new("disk on fire").retryable();
+/// assert_eq!(f.code, ErrorCode::ToolError);
+/// assert!(f.retryable);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolFailure {
+    /// The code the result will carry; bodies normally use `TOOL_ERROR`.
+    pub code: ErrorCode,
+    /// What the model is told.
+    pub message: String,
+    /// Whether the retry wrapper may try again.
+    pub retryable: bool,
+}
+
+impl ToolFailure {
+    /// A `TOOL_ERROR` failure.
+    pub fn new(message: impl Into<String>) -> ToolFailure {
+        ToolFailure::with_code(ErrorCode::ToolError, message)
+    }
+
+    /// A failure with an explicit code.
+    pub fn with_code(code: ErrorCode, message: impl Into<String>) -> ToolFailure {
+        ToolFailure {
+            code,
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    /// Marks the failure as worth retrying.
+    pub fn retryable(mut self) -> ToolFailure {
+        self.retryable = true;
+        self
+    }
+}
+
+impl fmt::Display for ToolFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// What the body receives besides its input.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The call's id, as the model gave it.
+    pub call_id: String,
+    /// The agent that made the call.
+    pub agent: String,
+    /// The parent call, for code-mode sub-calls.
+    pub parent: Option<String>,
+    /// The fused signal: the caller's own, plus whatever the wrappers added (deadlines).
+    pub signal: Signal,
+    /// 1 for the first attempt, 2 for the first retry, ...
+    pub attempt: u32,
+    /// Sends sub-calls back through the whole pipeline (code mode).
+    pub dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("call_id", &self.call_id)
+            .field("agent", &self.agent)
+            .field("parent", &self.parent)
+            .field("attempt", &self.attempt)
+            .finish()
+    }
+}
+
+impl ToolContext {
+    /// A context for calling a body directly (tests, benches).
+    ///
+    /// ```
+    /// use dsh_core::ToolContext;
+    /// let ctx = ToolContext::detached("call_1");
+    /// assert!(!ctx.signal.is_cancelled());
+    /// ```
+    pub fn detached(call_id: impl Into<String>) -> ToolContext {
+        ToolContext {
+            call_id: call_id.into(),
+            agent: "main".into(),
+            parent: None,
+            signal: Signal::never(),
+            attempt: 1,
+            dispatcher: None,
+        }
+    }
+}
+
+/// A tool. Implementors give the schema, the body and the presentation; the pipeline does the
+/// rest (validation, policy, timeouts, normalization).
+///
+/// ```
+/// use async_trait::async_trait;
+/// use dsh_core::{ToolContext, ToolDefinition, ToolFailure};
+/// use serde_json::{json, Value};
+///
+/// struct Echo;
+///
+/// #[async_trait]
+/// impl ToolDefinition for Echo {
+///     fn name(&self) -> &str { "echo" }
+///     fn description(&self) -> &str { "Returns its text." }
+///     fn input_schema(&self) -> Value {
+///         json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+///     }
+///     async fn execute(&self, input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
+///         Ok(input["text"].clone())
+///     }
+/// }
+///
+/// # tokio_test_block(async {
+/// let value = Echo.execute(json!({"text": "hi"}), ToolContext::detached("c1")).await.unwrap();
+/// assert_eq!(Echo.present(&value)[0].as_text(), Some("hi"));
+/// # });
+/// # fn tokio_test_block<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+#[async_trait]
+pub trait ToolDefinition: Send + Sync + 'static {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+
+    /// What the model is told it does.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments (compiled once, at registration).
+    fn input_schema(&self) -> Value;
+
+    /// JSON Schema of the canonical value, if the tool promises one.
+    fn output_schema(&self) -> Option<Value> {
+        None
+    }
+
+    /// Exclusive unless the tool says otherwise.
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Exclusive
+    }
+
+    /// Whether this particular input may run beside others. Only an exact `true` counts.
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        false
+    }
+
+    /// The tool's own deadline, read by the timeout wrapper.
+    fn timeout_ms(&self) -> Option<u64> {
+        None
+    }
+
+    /// Opt-in retry policy, read by the retry wrapper.
+    fn retry_policy(&self) -> Option<RetryPolicy> {
+        None
+    }
+
+    /// The strings permission rules match against (`tool(pattern)`): by default the `path`
+    /// argument, if there is one.
+    fn permission_subjects(&self, input: &Value) -> Vec<String> {
+        input
+            .get("path")
+            .and_then(Value::as_str)
+            .map(|p| vec![p.to_string()])
+            .unwrap_or_default()
+    }
+
+    /// The body. Returns the canonical value, which stays private to the execution.
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure>;
+
+    /// The presentation of the canonical value: what the model sees and the log keeps.
+    fn present(&self, value: &Value) -> Vec<ContentBlock> {
+        match value {
+            Value::String(s) => vec![ContentBlock::text(s.clone())],
+            other => vec![ContentBlock::text(other.to_string())],
+        }
+    }
+
+    /// The last, pure, content-only invariant. Runs exactly once per result of this tool.
+    fn finalize_content(&self, content: Vec<ContentBlock>) -> Vec<ContentBlock> {
+        content
+    }
+}
+
+/// The arguments of a tool-call block: JSON, or the raw text when the model's string was not
+/// JSON (OpenAI's `function.arguments`). Malformed arguments end as `TOOL_INPUT_ERROR`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arguments {
+    /// Parsed arguments.
+    Json(Value),
+    /// Text that did not parse.
+    Malformed {
+        /// The text as the model wrote it.
+        raw: String,
+        /// What the parser said.
+        error: String,
+    },
+}
+
+impl Arguments {
+    /// The form the log keeps: the JSON, or the raw text as a JSON string.
+    pub fn to_logged(&self) -> Value {
+        match self {
+            Arguments::Json(v) => v.clone(),
+            Arguments::Malformed { raw, .. } => Value::String(raw.clone()),
+        }
+    }
+
+    /// Parses a model's argument string.
+    ///
+    /// ```
+    /// use dsh_core::Arguments;
+    /// assert!(matches!(Arguments::parse(r#"{"a":1}"#), Arguments::Json(_)));
+    /// assert!(matches!(Arguments::parse("{oops"), Arguments::Malformed { .. }));
+    /// ```
+    pub fn parse(raw: &str) -> Arguments {
+        if raw.trim().is_empty() {
+            return Arguments::Json(Value::Object(Default::default()));
+        }
+        match serde_json::from_str(raw) {
+            Ok(v) => Arguments::Json(v),
+            Err(e) => Arguments::Malformed {
+                raw: raw.to_string(),
+                error: e.to_string(),
+            },
+        }
+    }
+}
+
+/// One tool-call block of a model message, before it enters the pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The id the model gave (results point back at it).
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: Arguments,
+}
+
+impl ToolCall {
+    /// A call with JSON arguments.
+    ///
+    /// ```
+    /// use dsh_core::ToolCall;
+    /// let call = ToolCall::new("c1", "read_file", serde_json::json!({"path": "a.txt"}));
+    /// assert_eq!(call.name, "read_file");
+    /// ```
+    pub fn new(call_id: impl Into<String>, name: impl Into<String>, arguments: Value) -> ToolCall {
+        ToolCall {
+            call_id: call_id.into(),
+            name: name.into(),
+            arguments: Arguments::Json(arguments),
+        }
+    }
+}
+
+/// A call as the pipeline carries it (SPEC.md's `ToolExecutionInput`).
+#[derive(Debug, Clone)]
+pub struct ToolExecutionInput {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments.
+    pub arguments: Arguments,
+    /// The agent that made the call.
+    pub agent: String,
+    /// The caller's signal for this call.
+    pub signal: Signal,
+    /// The parent call's id (code mode), or none.
+    pub parent: Option<String>,
+}

@@ -1,0 +1,34 @@
+//! The one error type of this crate.
+
+/// Errors of the guard set and of permission rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuardsError {
+    /// A guard with this identity is already registered (by someone else).
+    #[error("a guard with id `{0}` is already registered")]
+    IdTaken(String),
+    /// The owner handle does not match the registered guard.
+    #[error("guard `{0}` is not owned by this handle")]
+    NotOwner(String),
+    /// A replacement must keep the guard's identity.
+    #[error("a replacement for guard `{old}` must keep its id, not `{new}`")]
+    IdentityChanged {
+        /// The registered id.
+        old: String,
+        /// The replacement's id.
+        new: String,
+    },
+    /// The guard-set actor did not answer.
+    #[error("the guard set is unavailable: {0}")]
+    Unavailable(String),
+    /// A permission rule that does not parse.
+    #[error("invalid permission rule `{rule}`: {reason}")]
+    InvalidRule {
+        /// The rule as written.
+        rule: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// A permission file that is not valid TOML of the expected shape.
+    #[error("invalid permission rules file: {0}")]
+    InvalidRules(String),
+}

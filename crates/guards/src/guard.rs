@@ -1,0 +1,99 @@
+//! What a guard is and what it sees.
+
+use serde_json::Value;
+use std::fmt;
+
+/// The call as a guard sees it (after pre-execute rewrote it, if it did).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardCall {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The agent that made the call.
+    pub agent: String,
+    /// The arguments the body would run with.
+    pub arguments: Value,
+    /// The parent call (code mode).
+    pub parent: Option<String>,
+}
+
+impl GuardCall {
+    /// A call by the `main` agent.
+    ///
+    /// ```
+    /// let call = dsh_guards::GuardCall::new("c1", "write_file", serde_json::json!({"path": "a"}));
+    /// assert_eq!(call.agent, "main");
+    /// ```
+    pub fn new(call_id: impl Into<String>, tool: impl Into<String>, arguments: Value) -> Self {
+        GuardCall {
+            call_id: call_id.into(),
+            tool: tool.into(),
+            agent: "main".into(),
+            arguments,
+            parent: None,
+        }
+    }
+}
+
+/// A guard's answer: it can only deny or abstain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardVerdict {
+    /// No objection.
+    Abstain,
+    /// A final denial; the reason is shown to the model.
+    Deny(String),
+}
+
+/// A monotonic guard. It cannot allow anything: a yes from a human or a hook never overrules
+/// it. A guard that panics counts as a denial.
+pub trait Guard: Send + Sync + 'static {
+    /// Its identity: unique in a guard set, and protected (only the owner replaces it).
+    fn id(&self) -> &str;
+    /// Looks at one call.
+    fn check(&self, call: &GuardCall) -> GuardVerdict;
+}
+
+/// A guard made of a closure.
+///
+/// ```
+/// use dsh_guards::{FnGuard, Guard, GuardCall, GuardVerdict};
+/// let g = FnGuard::new("abstain", |_c: &GuardCall| GuardVerdict::Abstain);
+/// assert_eq!(g.id(), "abstain");
+/// ```
+pub struct FnGuard<F> {
+    id: String,
+    check: F,
+}
+
+impl<F> FnGuard<F>
+where
+    F: Fn(&GuardCall) -> GuardVerdict + Send + Sync + 'static,
+{
+    /// A guard with this id and check.
+    pub fn new(id: impl Into<String>, check: F) -> Self {
+        FnGuard {
+            id: id.into(),
+            check,
+        }
+    }
+}
+
+impl<F> fmt::Debug for FnGuard<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnGuard").field("id", &self.id).finish()
+    }
+}
+
+impl<F> Guard for FnGuard<F>
+where
+    F: Fn(&GuardCall) -> GuardVerdict + Send + Sync + 'static,
+{
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn check(&self, call: &GuardCall) -> GuardVerdict {
+        (self.check)(call)
+    }
+}

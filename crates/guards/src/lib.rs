@@ -1,0 +1,37 @@
+//! # dsh-guards
+//!
+//! Policy that must hold whatever the hooks say:
+//!
+//! - [`GuardSet`]: the registered monotonic guards, behind one actor. A guard only denies or
+//!   abstains; registering returns a [`GuardOwner`], and only that owner can replace or remove
+//!   the guard. When the actor cannot answer, the verdict is a denial (fail-closed).
+//! - [`PermissionRules`]: a `tools/pre-execute` handler loaded from TOML (`allow`, `ask`,
+//!   `deny` lists of `tool` or `tool(glob)` rules; deny beats ask beats allow).
+//!
+//! ```
+//! use dsh_guards::{GuardCall, GuardSet, GuardVerdict, FnGuard};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let guards = GuardSet::spawn(None).await.unwrap();
+//! let owner = guards
+//!     .register(FnGuard::new("no-rm", |call: &GuardCall| {
+//!         if call.tool == "rm" { GuardVerdict::Deny("never".into()) } else { GuardVerdict::Abstain }
+//!     }))
+//!     .await
+//!     .unwrap();
+//! let verdict = guards.evaluate(GuardCall::new("c1", "rm", serde_json::json!({}))).await;
+//! assert!(matches!(verdict, GuardVerdict::Deny(_)));
+//! owner.unregister().await.unwrap();
+//! guards.shutdown().await;
+//! # });
+//! ```
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+mod error;
+mod guard;
+mod permissions;
+mod set;
+
+pub use error::GuardsError;
+pub use guard::{FnGuard, Guard, GuardCall, GuardVerdict};
+pub use permissions::{PermissionRules, Rule, RuleClass};
+pub use set::{GuardOwner, GuardSet, GuardSetMsg};

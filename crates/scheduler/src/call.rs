@@ -1,0 +1,185 @@
+//! The call-lifecycle actor: one per call, spawned linked to the scheduler.
+//!
+//! It owns the call's run through the chain (a task it can abandon) and answers the call's
+//! frozen result exactly once, through a oneshot the scheduler waits on. Its handlers are
+//! short, so supervisor signals reach it at once:
+//!
+//! - `stop` (the scheduler cancelling the call, the step or the session) ends the run where it
+//!   is; `post_stop` answers `ABORTED_BEFORE_DISPATCH` if the body had not started and
+//!   `ABORTED` if it had, even when the body would have succeeded.
+//! - `kill` or a panic skips `post_stop`; the answer port is then dropped with the state and
+//!   the scheduler closes the call itself (same codes).
+//!
+//! Nothing stops an actor by itself: this one stops itself after answering.
+
+use crate::pipeline::candidate::Candidate;
+use crate::pipeline::{CallTrack, Pipeline};
+use dsh_core::live::LiveActor;
+use dsh_core::{ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
+use dsh_session::SessionError;
+use futures::future::{BoxFuture, Shared};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use tracing::Instrument;
+
+/// The tool/call acknowledgement, shared by the call and the scheduler.
+pub(crate) type SharedAck = Shared<BoxFuture<'static, Result<u64, SessionError>>>;
+
+/// What a call answers.
+#[derive(Debug)]
+pub(crate) struct CallOutcome {
+    pub result: FrozenResult,
+    pub contexts: Vec<String>,
+}
+
+/// The call actor's messages.
+#[derive(Debug)]
+pub(crate) enum CallMsg {
+    /// The run reached a candidate.
+    Finished(Candidate),
+    /// The `tool/call` could not be recorded: the call must not run.
+    NotRecorded(SessionError),
+}
+
+pub(crate) struct CallArgs {
+    pub pipeline: Arc<Pipeline>,
+    pub input: ToolExecutionInput,
+    pub recorded: SharedAck,
+    pub track: Arc<CallTrack>,
+    pub reply: oneshot::Sender<CallOutcome>,
+    pub dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+    pub span: tracing::Span,
+}
+
+pub(crate) struct CallLifecycle;
+
+pub(crate) struct CallState {
+    pipeline: Arc<Pipeline>,
+    input: ToolExecutionInput,
+    track: Arc<CallTrack>,
+    reply: Option<oneshot::Sender<CallOutcome>>,
+    run: Option<tokio::task::JoinHandle<()>>,
+    _live: LiveActor,
+}
+
+impl Drop for CallState {
+    fn drop(&mut self) {
+        if let Some(run) = self.run.take() {
+            run.abort();
+        }
+    }
+}
+
+/// The candidate of a call interrupted by a cancel, by phase.
+pub(crate) fn interrupted(input: &ToolExecutionInput, body_started: bool) -> Candidate {
+    let reason = input
+        .signal
+        .reason()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|| "the call was stopped".to_string());
+    if body_started {
+        Candidate::failed(
+            ErrorCode::Aborted,
+            format!("the call was cancelled while it ran: {reason}"),
+        )
+    } else {
+        Candidate::failed(
+            ErrorCode::AbortedBeforeDispatch,
+            format!("the call was cancelled before it started: {reason}"),
+        )
+    }
+}
+
+impl CallState {
+    fn answer(&mut self, mut candidate: Candidate) {
+        let Some(reply) = self.reply.take() else {
+            return;
+        };
+        let contexts = std::mem::take(&mut candidate.contexts);
+        let result = self
+            .pipeline
+            .complete(&self.input.call_id, &self.input.name, candidate);
+        let _ = reply.send(CallOutcome { result, contexts });
+    }
+}
+
+impl Actor for CallLifecycle {
+    type Msg = CallMsg;
+    type State = CallState;
+    type Arguments = CallArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<CallMsg>,
+        args: CallArgs,
+    ) -> Result<CallState, ActorProcessingErr> {
+        let CallArgs {
+            pipeline,
+            input,
+            recorded,
+            track,
+            reply,
+            dispatcher,
+            span,
+        } = args;
+        let run = {
+            let pipeline = pipeline.clone();
+            let input = input.clone();
+            let track = track.clone();
+            tokio::spawn(
+                async move {
+                    // Write-ahead: nothing of the call runs before its tool/call is durable.
+                    let msg = match recorded.await {
+                        Ok(_) => CallMsg::Finished(pipeline.run(&input, &track, dispatcher).await),
+                        Err(e) => CallMsg::NotRecorded(e),
+                    };
+                    let _ = myself.send_message(msg);
+                }
+                .instrument(span),
+            )
+        };
+        Ok(CallState {
+            pipeline,
+            input,
+            track,
+            reply: Some(reply),
+            run: Some(run),
+            _live: LiveActor::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<CallMsg>,
+        msg: CallMsg,
+        state: &mut CallState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            CallMsg::Finished(candidate) => state.answer(candidate),
+            CallMsg::NotRecorded(e) => {
+                // Dropping the reply tells the scheduler; it knows from the ack why.
+                tracing::error!(call_id = %state.input.call_id, error = %e, "tool/call not recorded; the call does not run");
+                state.reply = None;
+            }
+        }
+        myself.stop(None);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<CallMsg>,
+        state: &mut CallState,
+    ) -> Result<(), ActorProcessingErr> {
+        if state.reply.is_some() {
+            // Stopped before the run finished: a cancel.
+            if let Some(run) = state.run.take() {
+                run.abort();
+            }
+            let candidate = interrupted(&state.input, state.track.body_started());
+            state.answer(candidate);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,27 @@
+//! The one error type of this crate.
+
+use crate::step::StepOutcome;
+use dsh_session::SessionError;
+
+/// Errors of the scheduler and the session facade.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SchedulerError {
+    /// An event of the step could not be recorded. Calls whose `tool/call` could not be
+    /// recorded were not executed; every call still has its result in `outcome`.
+    #[error("the session log failed during step {}: {error}", outcome.step)]
+    LogFailed {
+        /// The first log failure.
+        error: SessionError,
+        /// The step's results, as far as they go.
+        outcome: Box<StepOutcome>,
+    },
+    /// The session's actors are gone or did not answer.
+    #[error("the session is unavailable: {0}")]
+    Unavailable(String),
+    /// The session is shutting down or shut down and takes no more steps.
+    #[error("the session is shut down")]
+    ShutDown,
+    /// Starting the session failed.
+    #[error("could not start the session: {0}")]
+    Spawn(String),
+}

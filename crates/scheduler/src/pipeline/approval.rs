@@ -1,0 +1,48 @@
+//! Approval (`ctx.approval`): one-shot answer to an `ask`, before the guards.
+//!
+//! No responder, a rejection, an error, a panic or no answer within the timeout: `DENIED`.
+
+use super::Pipeline;
+use super::candidate::Candidate;
+use dsh_core::{ApprovalAnswer, ApprovalRequest, ErrorCode, PreToolDecision, ToolExecutionInput};
+use futures::FutureExt;
+use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+
+pub(super) async fn resolve(
+    pipeline: &Pipeline,
+    input: &ToolExecutionInput,
+    arguments: &Value,
+    decision: PreToolDecision,
+) -> Result<(), Candidate> {
+    let prompt = match decision {
+        PreToolDecision::Allow => return Ok(()),
+        PreToolDecision::Deny(reason) => return Err(Candidate::failed(ErrorCode::Denied, reason)),
+        PreToolDecision::Ask(prompt) => prompt,
+    };
+    let denied = |why: String| Err(Candidate::failed(ErrorCode::Denied, why));
+    let Some(responder) = &pipeline.approval else {
+        return denied(format!("approval required ({prompt}) and no approver is configured"));
+    };
+    let request = ApprovalRequest {
+        call_id: input.call_id.clone(),
+        tool: input.name.clone(),
+        agent: input.agent.clone(),
+        arguments: arguments.clone(),
+        prompt: prompt.clone(),
+    };
+    let asked = AssertUnwindSafe(responder.respond(&request)).catch_unwind();
+    match tokio::time::timeout(pipeline.config.approval_timeout, asked).await {
+        Ok(Ok(Ok(ApprovalAnswer::Approve))) => Ok(()),
+        Ok(Ok(Ok(ApprovalAnswer::Reject(reason)))) => denied(match reason {
+            Some(r) => format!("the approver rejected the call: {r}"),
+            None => "the approver rejected the call".to_string(),
+        }),
+        Ok(Ok(Err(e))) => denied(format!("the approver could not answer ({e}); denied to be safe")),
+        Ok(Err(_)) => denied("the approver failed; denied to be safe".to_string()),
+        Err(_) => denied(format!(
+            "the approver did not answer within {} ms; denied to be safe",
+            pipeline.config.approval_timeout.as_millis()
+        )),
+    }
+}

@@ -1,0 +1,162 @@
+//! `tools/execute`: the around-wrappers, then the body.
+//!
+//! The leaf keeps the caller's original signal and fuses it with whatever signal the wrappers
+//! handed inward, so no wrapper can shield the body from a cancel. The body runs in its own
+//! task: a panic there is `TOOL_ERROR`, and a body that ignores its signal is abandoned (its
+//! late output discarded) instead of holding the call. A panic in a wrapper is
+//! `PIPELINE_ERROR`. The body's value is checked against the output schema.
+
+use super::candidate::Candidate;
+use super::panic;
+use super::{CallTrack, Pipeline};
+use async_trait::async_trait;
+use dsh_core::around::{DispatchOutcome, DispatchRequest, Leaf, Next};
+use dsh_core::{
+    ContentBlock, ErrorCode, RegisteredTool, Signal, SubCallDispatcher, ToolContext,
+    ToolExecutionInput, ToolFailure,
+};
+use futures::FutureExt;
+use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Aborts the body's task when the leaf stops waiting for it.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<Value, ToolFailure>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct BodyLeaf<'a> {
+    tool: &'a RegisteredTool,
+    caller: Signal,
+    track: &'a CallTrack,
+    dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+    grace: Duration,
+}
+
+fn ended_by_signal(signal: &Signal) -> ToolFailure {
+    match signal.reason() {
+        Some(r) if r.is_timeout() => {
+            ToolFailure::with_code(ErrorCode::ToolTimeout, "the tool's deadline passed")
+        }
+        Some(r) => ToolFailure::with_code(
+            ErrorCode::Aborted,
+            format!("the call was cancelled while it ran: {r}"),
+        ),
+        None => ToolFailure::with_code(ErrorCode::Aborted, "the call was cancelled while it ran"),
+    }
+}
+
+#[async_trait]
+impl Leaf for BodyLeaf<'_> {
+    async fn dispatch(&self, req: DispatchRequest) -> DispatchOutcome {
+        let signal = Signal::fuse([req.signal, self.caller.clone()]);
+        if signal.is_cancelled() {
+            return Err(ended_by_signal(&signal));
+        }
+        let ctx = ToolContext {
+            call_id: req.call_id,
+            agent: req.agent,
+            parent: req.parent,
+            signal: signal.clone(),
+            attempt: req.attempt,
+            dispatcher: self.dispatcher.clone(),
+        };
+        let definition = self.tool.definition().clone();
+        let arguments = req.arguments;
+        self.track.mark_body_started();
+        let mut body = AbortOnDrop(tokio::spawn(async move {
+            definition.execute(arguments, ctx).await
+        }));
+        let joined = tokio::select! {
+            joined = &mut body.0 => joined,
+            _ = signal.cancelled() => {
+                // Told; give a cooperative body a moment to wind down, then stop waiting.
+                let _ = tokio::time::timeout(self.grace, &mut body.0).await;
+                return Err(ended_by_signal(&signal));
+            }
+        };
+        let value = match joined {
+            Ok(result) => result?,
+            Err(e) if e.is_panic() => {
+                let msg = panic::message(e.into_panic().as_ref());
+                tracing::error!(tool = self.tool.definition().name(), panic = %msg, "tool body panicked");
+                return Err(ToolFailure::new(format!("the tool panicked: {msg}")));
+            }
+            Err(_) => return Err(ended_by_signal(&signal)),
+        };
+        self.tool.validate_output(&value).map_err(|why| {
+            ToolFailure::with_code(
+                ErrorCode::ToolOutputError,
+                format!("the tool's output does not match its output schema: {why}"),
+            )
+        })?;
+        Ok(value)
+    }
+}
+
+/// Runs the wrappers and the body; answers a success candidate (value and presentation) or
+/// an error candidate.
+pub(super) async fn run(
+    pipeline: &Pipeline,
+    tool: &RegisteredTool,
+    input: &ToolExecutionInput,
+    arguments: Value,
+    track: &CallTrack,
+    dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+) -> Result<Candidate, Candidate> {
+    let leaf = BodyLeaf {
+        tool,
+        caller: input.signal.clone(),
+        track,
+        dispatcher,
+        grace: pipeline.config.body_grace,
+    };
+    let req = DispatchRequest {
+        tool: tool.definition().clone(),
+        arguments,
+        call_id: input.call_id.clone(),
+        agent: input.agent.clone(),
+        parent: input.parent.clone(),
+        signal: input.signal.clone(),
+        attempt: 1,
+    };
+    let chain = pipeline.hooks.arounds();
+    let outcome = AssertUnwindSafe(Next::new(chain, &leaf).run(req))
+        .catch_unwind()
+        .await;
+    let value = match outcome {
+        Ok(Ok(value)) => value,
+        Ok(Err(failure)) => return Err(Candidate::failed(failure.code, failure.message)),
+        Err(payload) => {
+            return Err(Candidate::failed(
+                ErrorCode::PipelineError,
+                format!(
+                    "an around-wrapper panicked: {}",
+                    panic::message(payload.as_ref())
+                ),
+            ));
+        }
+    };
+    let definition = tool.definition();
+    match std::panic::catch_unwind(AssertUnwindSafe(|| definition.present(&value))) {
+        Ok(content) => Ok(Candidate::success(value, content)),
+        Err(payload) => Err(Candidate::failed(
+            ErrorCode::ToolError,
+            format!(
+                "the tool failed to present its result: {}",
+                panic::message(payload.as_ref())
+            ),
+        )),
+    }
+}
+
+/// Presents a value again (after a post-execute handler replaced it).
+pub(super) fn present(tool: &RegisteredTool, value: &Value) -> Result<Vec<ContentBlock>, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| tool.definition().present(value)))
+        .map_err(|payload| panic::message(payload.as_ref()))
+}

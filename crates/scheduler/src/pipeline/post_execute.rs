@@ -1,0 +1,95 @@
+//! `tools/post-execute`: the waterfall over a successful body's result.
+//!
+//! Handlers run in registration order. Each may replace the content or the value (one of the
+//! two: a replaced value is validated against the output schema and presented again), block
+//! the result (`BLOCKED`, which ends the waterfall), and add `additionalContexts`. A handler
+//! that errors or panics makes the result `PIPELINE_ERROR`. Error results skip this stage.
+
+use super::candidate::Candidate;
+use super::dispatch;
+use super::panic;
+use super::Pipeline;
+use dsh_core::{
+    ErrorCode, PostExecuteContext, RegisteredTool, Replacement, ToolExecutionInput,
+};
+use futures::FutureExt;
+use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+
+pub(super) async fn run(
+    pipeline: &Pipeline,
+    tool: &RegisteredTool,
+    input: &ToolExecutionInput,
+    arguments: &Value,
+    mut candidate: Candidate,
+) -> Candidate {
+    let Some(mut value) = candidate.value.take() else {
+        return candidate;
+    };
+    let mut contexts = Vec::new();
+    for handler in pipeline.hooks.post_execute_handlers() {
+        let ctx = PostExecuteContext {
+            call_id: &input.call_id,
+            agent: &input.agent,
+            arguments,
+            value: &value,
+            content: &candidate.content,
+            tool: tool.definition().as_ref(),
+        };
+        let answer = AssertUnwindSafe(handler.post_execute(&ctx)).catch_unwind().await;
+        let outcome = match answer {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => {
+                return Candidate::failed(
+                    ErrorCode::PipelineError,
+                    format!("post-execute handler `{}` failed: {e}", handler.name()),
+                );
+            }
+            Err(payload) => {
+                tracing::error!(handler = handler.name(), "post-execute handler panicked");
+                return Candidate::failed(
+                    ErrorCode::PipelineError,
+                    format!(
+                        "post-execute handler `{}` panicked: {}",
+                        handler.name(),
+                        panic::message(payload.as_ref())
+                    ),
+                );
+            }
+        };
+        contexts.extend(outcome.additional_contexts);
+        if let Some(reason) = outcome.block {
+            let mut blocked = Candidate::failed(ErrorCode::Blocked, reason);
+            blocked.contexts = contexts;
+            return blocked;
+        }
+        match outcome.replace {
+            None => {}
+            Some(Replacement::Content(content)) => candidate.content = content,
+            Some(Replacement::Value(new_value)) => {
+                if let Err(why) = tool.validate_output(&new_value) {
+                    return Candidate::failed(
+                        ErrorCode::PipelineError,
+                        format!(
+                            "post-execute handler `{}` replaced the value with one that breaks the output schema: {why}",
+                            handler.name()
+                        ),
+                    );
+                }
+                match dispatch::present(tool, &new_value) {
+                    Ok(content) => candidate.content = content,
+                    Err(why) => {
+                        return Candidate::failed(
+                            ErrorCode::ToolError,
+                            format!("the tool failed to present its result: {why}"),
+                        );
+                    }
+                }
+                value = new_value;
+            }
+        }
+    }
+    candidate.value = Some(value);
+    candidate.contexts = contexts;
+    candidate
+}

@@ -1,0 +1,645 @@
+//! The scheduler actor: one per session. It runs steps one at a time, places their calls
+//! (exclusive calls as barriers, runs of parallel-safe calls in a rolling pool), records each
+//! `tool/call` in block order and each `tool/result` as it arrives, cancels through supervisor
+//! signals, and appends the deferred context after the step's results.
+//!
+//! Its handlers never wait on a call: every call runs in its own linked [`CallLifecycle`]
+//! actor, and a small forwarder task turns the call's acknowledgement and answer into one
+//! `CallDone` message. A call's answer travels through a oneshot, never through the actor's
+//! last message, so a termination notice arriving first cannot lose it.
+
+use crate::call::{CallArgs, CallLifecycle, CallMsg, CallOutcome, SharedAck, interrupted};
+use crate::error::SchedulerError;
+use crate::pipeline::candidate::Candidate;
+use crate::pipeline::{CallTrack, Pipeline};
+use crate::step::{CancelTarget, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest};
+use dsh_core::event::{ToolCallData, ToolResultData, UserMessageData};
+use dsh_core::live::LiveActor;
+use dsh_core::{
+    Arguments, CancelHandle, CancelReason, DeferredMessage, ErrorCode, EventBody, ExecutionMode,
+    FrozenResult, Signal, ToolCall, ToolExecutionInput,
+};
+use dsh_session::{SessionError, SessionLog};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use std::collections::{HashSet, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+type StepReply = RpcReplyPort<Result<StepOutcome, SchedulerError>>;
+
+/// The scheduler's messages.
+pub(crate) enum SchedulerMsg {
+    /// Run a step (queued behind the running one).
+    RunStep {
+        request: StepRequest,
+        reply: StepReply,
+    },
+    /// Cancel a call, the step, or the session.
+    Cancel(CancelTarget),
+    /// A call's acknowledgement and answer (from its forwarder).
+    CallDone {
+        step: u64,
+        index: usize,
+        recorded: Result<u64, SessionError>,
+        outcome: Option<CallOutcome>,
+    },
+    /// The step's results and deferred messages are recorded and its caller answered.
+    StepDone { step: u64 },
+}
+
+/// How a session's scheduler places calls.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// The rolling pool's size (`max_parallel_tool_calls`, default 10).
+    pub max_parallel_tool_calls: usize,
+    /// What a failed call does to its siblings.
+    pub sibling_policy: SiblingPolicy,
+    /// The number of the first step (a resumed session continues after its log).
+    pub first_step: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            max_parallel_tool_calls: 10,
+            sibling_policy: SiblingPolicy::Continue,
+            first_step: 1,
+        }
+    }
+}
+
+pub(crate) struct SchedulerArgs {
+    pub pipeline: Arc<Pipeline>,
+    pub log: SessionLog,
+    pub config: SchedulerConfig,
+}
+
+enum SlotState {
+    Waiting,
+    Running {
+        actor: Option<ActorRef<CallMsg>>,
+        handle: CancelHandle,
+        track: Arc<CallTrack>,
+        input: ToolExecutionInput,
+    },
+    Done,
+}
+
+struct Slot {
+    call: ToolCall,
+    parallel: bool,
+    cancel_requested: Option<CancelReason>,
+    state: SlotState,
+    result: Option<FrozenResult>,
+}
+
+struct StepRun {
+    step: u64,
+    agent: String,
+    slots: Vec<Slot>,
+    next: usize,
+    running: usize,
+    exclusive_running: bool,
+    finished: usize,
+    handle: CancelHandle,
+    signal: Signal,
+    stopping: Option<CancelReason>,
+    deferred: Vec<DeferredMessage>,
+    records: Vec<BoxFuture<'static, Result<u64, SessionError>>>,
+    log_error: Option<SessionError>,
+    renamed: Vec<RenamedCallId>,
+    reply: Option<StepReply>,
+}
+
+pub(crate) struct Scheduler;
+
+pub(crate) struct SchedulerState {
+    pipeline: Arc<Pipeline>,
+    log: SessionLog,
+    config: SchedulerConfig,
+    next_step: u64,
+    current: Option<StepRun>,
+    queue: VecDeque<(StepRequest, StepReply, Option<CancelReason>)>,
+    _live: LiveActor,
+}
+
+/// Exclusive unless the definition says parallel and its check returns exactly `true`; a
+/// check that panics means exclusive. Unknown tools have no body and never block anyone.
+fn is_parallel(pipeline: &Pipeline, call: &ToolCall) -> bool {
+    let Some(tool) = pipeline.registry.get(&call.name) else {
+        return true;
+    };
+    let def = tool.definition();
+    if def.execution_mode() != ExecutionMode::Parallel {
+        return false;
+    }
+    let Arguments::Json(args) = &call.arguments else {
+        return false;
+    };
+    std::panic::catch_unwind(AssertUnwindSafe(|| def.is_concurrency_safe(args)))
+        .unwrap_or_else(|_| {
+            tracing::warn!(tool = %call.name, "is_concurrency_safe panicked; running the call exclusively");
+            false
+        })
+}
+
+/// Empty and repeated ids get fresh ones, so pairing by id stays exact within the step.
+fn assign_ids(step: u64, calls: &mut [ToolCall]) -> Vec<RenamedCallId> {
+    let mut seen: HashSet<String> = HashSet::new();
+    let taken: HashSet<String> = calls.iter().map(|c| c.call_id.clone()).collect();
+    let mut renamed = Vec::new();
+    for (index, call) in calls.iter_mut().enumerate() {
+        if call.call_id.is_empty() || seen.contains(&call.call_id) {
+            let mut n = index;
+            let mut fresh = format!("dsh_{step}_{n}");
+            while taken.contains(&fresh) || seen.contains(&fresh) {
+                n += 1_000_000;
+                fresh = format!("dsh_{step}_{n}");
+            }
+            tracing::warn!(index, original = %call.call_id, assigned = %fresh, "call id missing or repeated; assigned a fresh one");
+            renamed.push(RenamedCallId {
+                index,
+                original: std::mem::replace(&mut call.call_id, fresh.clone()),
+                assigned: fresh,
+            });
+        }
+        seen.insert(call.call_id.clone());
+    }
+    renamed
+}
+
+fn call_event(call: &ToolCall, agent: &str) -> EventBody {
+    EventBody::ToolCall(ToolCallData {
+        call_id: call.call_id.clone(),
+        name: call.name.clone(),
+        arguments: call.arguments.to_logged(),
+        agent: agent.to_string(),
+        parent: None,
+    })
+}
+
+fn call_span(call: &ToolCall, step: u64) -> tracing::Span {
+    tracing::info_span!(
+        "execute_tool",
+        otel.name = %format!("execute_tool {}", call.name),
+        otel.kind = "internal",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %call.name,
+        gen_ai.tool.call.id = %call.call_id,
+        dsh.step = step,
+    )
+}
+
+impl SchedulerState {
+    fn begin(&mut self, myself: &ActorRef<SchedulerMsg>, mut request: StepRequest, reply: StepReply, cancelled: Option<CancelReason>) {
+        let step = self.next_step;
+        self.next_step += 1;
+        let renamed = assign_ids(step, &mut request.calls);
+        let slots = request
+            .calls
+            .into_iter()
+            .map(|call| Slot {
+                parallel: is_parallel(&self.pipeline, &call),
+                call,
+                cancel_requested: None,
+                state: SlotState::Waiting,
+                result: None,
+            })
+            .collect();
+        let (handle, signal) = CancelHandle::new();
+        if let Some(reason) = &cancelled {
+            handle.cancel(reason.clone());
+        }
+        self.current = Some(StepRun {
+            step,
+            agent: request.agent,
+            slots,
+            next: 0,
+            running: 0,
+            exclusive_running: false,
+            finished: 0,
+            handle,
+            signal,
+            stopping: cancelled,
+            deferred: Vec::new(),
+            records: Vec::new(),
+            log_error: None,
+            renamed,
+            reply: Some(reply),
+        });
+        self.pump(myself);
+    }
+
+    /// Starts every call that may start now, synthesizes the ones the step will never reach,
+    /// and finishes the step when every call has its result.
+    fn pump(&mut self, myself: &ActorRef<SchedulerMsg>) {
+        let Some(run) = self.current.as_mut() else {
+            return;
+        };
+        let cap = self.config.max_parallel_tool_calls.max(1);
+        while run.next < run.slots.len() {
+            let i = run.next;
+            if let Some(reason) = run.stopping.clone().or_else(|| run.slots[i].cancel_requested.clone()) {
+                never_reached(&self.pipeline, &self.log, run, i, reason);
+                run.next += 1;
+                continue;
+            }
+            let slot = &run.slots[i];
+            let may_start = if slot.parallel {
+                !run.exclusive_running && run.running < cap
+            } else {
+                run.running == 0
+            };
+            if !may_start {
+                break;
+            }
+            start_call(&self.pipeline, &self.log, myself, run, i);
+            run.next += 1;
+        }
+        if run.finished == run.slots.len() && run.reply.is_some() {
+            self.finish(myself);
+        }
+    }
+
+    fn finish(&mut self, myself: &ActorRef<SchedulerMsg>) {
+        let Some(run) = self.current.as_mut() else {
+            return;
+        };
+        let Some(reply) = run.reply.take() else {
+            return;
+        };
+        let step = run.step;
+        let records = std::mem::take(&mut run.records);
+        let deferred = std::mem::take(&mut run.deferred);
+        let mut log_error = run.log_error.take();
+        let results: Vec<FrozenResult> = run
+            .slots
+            .iter()
+            .map(|s| {
+                s.result.clone().unwrap_or_else(|| {
+                    FrozenResult::error(
+                        s.call.call_id.clone(),
+                        s.call.name.clone(),
+                        dsh_core::ToolError::new(ErrorCode::PipelineError, "the call has no result"),
+                    )
+                })
+            })
+            .collect();
+        let renamed = std::mem::take(&mut run.renamed);
+        let log = self.log.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            for record in records {
+                if let Err(e) = record.await {
+                    log_error.get_or_insert(e);
+                }
+            }
+            // Deferred context goes after every result of the step, first in first out.
+            let acks: Vec<_> = deferred
+                .iter()
+                .map(|d| {
+                    log.send(
+                        step,
+                        EventBody::UserMessage(UserMessageData {
+                            content: d.content.clone(),
+                            origin: d.origin.clone(),
+                        }),
+                    )
+                })
+                .collect();
+            for ack in acks {
+                if let Err(e) = ack.await {
+                    log_error.get_or_insert(e);
+                }
+            }
+            let outcome = StepOutcome {
+                step,
+                results,
+                deferred,
+                renamed,
+            };
+            let answer = match log_error {
+                None => Ok(outcome),
+                Some(error) => Err(SchedulerError::LogFailed {
+                    error,
+                    outcome: Box::new(outcome),
+                }),
+            };
+            let _ = reply.send(answer);
+            let _ = myself.send_message(SchedulerMsg::StepDone { step });
+        });
+    }
+
+    fn cancel(&mut self, myself: &ActorRef<SchedulerMsg>, target: CancelTarget) {
+        if target == CancelTarget::Session {
+            for queued in self.queue.iter_mut() {
+                queued.2.get_or_insert(CancelReason::Session);
+            }
+        }
+        let Some(run) = self.current.as_mut() else {
+            return;
+        };
+        match target {
+            CancelTarget::Call(id) => {
+                let Some(slot) = run.slots.iter_mut().find(|s| s.call.call_id == id) else {
+                    tracing::debug!(call_id = %id, "cancel: no such call in the running step");
+                    return;
+                };
+                match &slot.state {
+                    SlotState::Running { actor, handle, .. } => {
+                        handle.cancel(CancelReason::Caller(String::new()));
+                        if let Some(actor) = actor {
+                            actor.stop(Some("cancelled".into()));
+                        }
+                    }
+                    SlotState::Waiting => {
+                        slot.cancel_requested = Some(CancelReason::Caller(String::new()));
+                    }
+                    SlotState::Done => {}
+                }
+            }
+            CancelTarget::Step | CancelTarget::Session => {
+                let reason = if target == CancelTarget::Session {
+                    CancelReason::Session
+                } else {
+                    CancelReason::Step
+                };
+                stop_running(run, reason);
+            }
+        }
+        self.pump(myself);
+    }
+
+    fn call_done(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+        step: u64,
+        index: usize,
+        recorded: Result<u64, SessionError>,
+        outcome: Option<CallOutcome>,
+    ) {
+        let policy = self.config.sibling_policy;
+        let Some(run) = self.current.as_mut().filter(|r| r.step == step) else {
+            tracing::warn!(step, index, "a call finished after its step; ignored");
+            return;
+        };
+        let Some(slot) = run.slots.get_mut(index) else {
+            return;
+        };
+        let SlotState::Running { handle, track, input, .. } =
+            std::mem::replace(&mut slot.state, SlotState::Done)
+        else {
+            return;
+        };
+        run.running -= 1;
+        if !slot.parallel {
+            run.exclusive_running = false;
+        }
+        run.finished += 1;
+        let result = match (recorded, outcome) {
+            (Ok(seq), Some(outcome)) => {
+                run.deferred.extend(outcome.contexts.into_iter().map(|content| DeferredMessage {
+                    content,
+                    origin: slot.call.call_id.clone(),
+                }));
+                record_result(&self.log, run.step, seq, &outcome.result, &mut run.records);
+                outcome.result
+            }
+            (Ok(seq), None) => {
+                // The call actor ended without answering (killed, or failed).
+                let candidate = if handle.is_cancelled() || input.signal.is_cancelled() {
+                    interrupted(&input, track.body_started())
+                } else {
+                    Candidate::failed(ErrorCode::PipelineError, "the call's lifecycle ended without a result")
+                };
+                let result = self.pipeline.complete(&input.call_id, &input.name, candidate);
+                record_result(&self.log, run.step, seq, &result, &mut run.records);
+                result
+            }
+            (Err(e), _) => {
+                let message = format!("the call was not run: its tool/call could not be recorded ({e})");
+                run.log_error.get_or_insert(e);
+                FrozenResult::error(
+                    input.call_id.clone(),
+                    input.name.clone(),
+                    dsh_core::ToolError::new(ErrorCode::PipelineError, message),
+                )
+            }
+        };
+        let failed = result.code().is_some_and(|c| !c.is_abort());
+        let call_id = result.call_id().to_string();
+        slot.result = Some(result);
+        if failed && policy == SiblingPolicy::CancelSiblings && run.stopping.is_none() {
+            stop_running(run, CancelReason::SiblingFailed(call_id));
+        }
+        self.pump(myself);
+    }
+}
+
+fn stop_running(run: &mut StepRun, reason: CancelReason) {
+    if run.stopping.is_none() {
+        run.stopping = Some(reason.clone());
+    }
+    run.handle.cancel(reason);
+    for slot in &run.slots {
+        if let SlotState::Running {
+            actor: Some(actor), ..
+        } = &slot.state
+        {
+            actor.stop(Some("cancelled".into()));
+        }
+    }
+}
+
+fn record_result(
+    log: &SessionLog,
+    step: u64,
+    call_seq: u64,
+    result: &FrozenResult,
+    records: &mut Vec<BoxFuture<'static, Result<u64, SessionError>>>,
+) {
+    let ack = log.send(step, EventBody::result(ToolResultData::from_frozen(result), call_seq));
+    records.push(ack.boxed());
+}
+
+/// A call the step will never reach: a synthesized `tool/call` + `tool/result` pair.
+fn never_reached(pipeline: &Pipeline, log: &SessionLog, run: &mut StepRun, i: usize, reason: CancelReason) {
+    let slot = &mut run.slots[i];
+    let call_ack = log.send(run.step, call_event(&slot.call, &run.agent));
+    let result = pipeline.complete(
+        &slot.call.call_id,
+        &slot.call.name,
+        Candidate::failed(
+            ErrorCode::AbortedBeforeDispatch,
+            format!("the call was cancelled before it started: {reason}"),
+        ),
+    );
+    let data = ToolResultData::from_frozen(&result);
+    let log = log.clone();
+    let step = run.step;
+    run.records.push(
+        async move {
+            let seq = call_ack.await?;
+            log.send(step, EventBody::result(data, seq)).await
+        }
+        .boxed(),
+    );
+    slot.result = Some(result);
+    slot.state = SlotState::Done;
+    run.finished += 1;
+}
+
+fn start_call(
+    pipeline: &Arc<Pipeline>,
+    log: &SessionLog,
+    myself: &ActorRef<SchedulerMsg>,
+    run: &mut StepRun,
+    i: usize,
+) {
+    let step = run.step;
+    let slot = &mut run.slots[i];
+    let (handle, signal) = CancelHandle::child_of(&run.signal);
+    let input = ToolExecutionInput {
+        call_id: slot.call.call_id.clone(),
+        name: slot.call.name.clone(),
+        arguments: slot.call.arguments.clone(),
+        agent: run.agent.clone(),
+        signal,
+        parent: None,
+    };
+    let recorded: SharedAck = log
+        .send(step, call_event(&slot.call, &run.agent))
+        .boxed()
+        .shared();
+    let track = Arc::new(CallTrack::default());
+    let (reply, answer) = oneshot::channel();
+    let args = CallArgs {
+        pipeline: pipeline.clone(),
+        input: input.clone(),
+        recorded: recorded.clone(),
+        track: track.clone(),
+        reply,
+        dispatcher: None,
+        span: call_span(&slot.call, step),
+    };
+    // The actor starts in the background; a failure to start drops `reply`, which the
+    // forwarder reports like any call that ended without an answer.
+    let actor = match ractor::ActorRuntime::spawn_linked_instant(None, CallLifecycle, args, myself.get_cell()) {
+        Ok((actor, _)) => Some(actor),
+        Err(e) => {
+            tracing::error!(error = %e, "could not spawn a call actor");
+            None
+        }
+    };
+    let forward_to = myself.clone();
+    tokio::spawn(async move {
+        let recorded = recorded.await;
+        let outcome = answer.await.ok();
+        let _ = forward_to.send_message(SchedulerMsg::CallDone {
+            step,
+            index: i,
+            recorded,
+            outcome,
+        });
+    });
+    slot.state = SlotState::Running {
+        actor,
+        handle,
+        track,
+        input,
+    };
+    run.running += 1;
+    if !slot.parallel {
+        run.exclusive_running = true;
+    }
+}
+
+impl Actor for Scheduler {
+    type Msg = SchedulerMsg;
+    type State = SchedulerState;
+    type Arguments = SchedulerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SchedulerMsg>,
+        args: SchedulerArgs,
+    ) -> Result<SchedulerState, ActorProcessingErr> {
+        let next_step = args.config.first_step.max(1);
+        Ok(SchedulerState {
+            pipeline: args.pipeline,
+            log: args.log,
+            config: args.config,
+            next_step,
+            current: None,
+            queue: VecDeque::new(),
+            _live: LiveActor::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SchedulerMsg>,
+        msg: SchedulerMsg,
+        state: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SchedulerMsg::RunStep { request, reply } => {
+                if state.current.is_some() {
+                    state.queue.push_back((request, reply, None));
+                } else {
+                    state.begin(&myself, request, reply, None);
+                }
+            }
+            SchedulerMsg::Cancel(target) => state.cancel(&myself, target),
+            SchedulerMsg::CallDone {
+                step,
+                index,
+                recorded,
+                outcome,
+            } => state.call_done(&myself, step, index, recorded, outcome),
+            SchedulerMsg::StepDone { step } => {
+                if state.current.as_ref().is_some_and(|r| r.step == step) {
+                    state.current = None;
+                }
+                if let Some((request, reply, cancelled)) = state.queue.pop_front() {
+                    state.begin(&myself, request, reply, cancelled);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<SchedulerMsg>,
+        evt: SupervisionEvent,
+        _state: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
+        // A call actor's end is reconciled through its answer port, not here: its answer may
+        // still be on the way when this notice arrives.
+        if let SupervisionEvent::ActorFailed(cell, err) = evt {
+            tracing::error!(actor = %cell.get_id(), error = %err, "a call actor failed");
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<SchedulerMsg>,
+        state: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(run) = state.current.as_mut() {
+            stop_running(run, CancelReason::Session);
+        }
+        myself
+            .stop_children_and_wait(
+                Some("scheduler stopped".into()),
+                Some(std::time::Duration::from_secs(5).into()),
+            )
+            .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,49 @@
+//! The one error type of this crate.
+
+/// Errors of the session log. Clone, because one failed group commit answers many appends.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// An I/O operation failed.
+    #[error("session log I/O failed while {context}: {message}")]
+    Io {
+        /// What the writer was doing.
+        context: String,
+        /// The OS error.
+        message: String,
+    },
+    /// A failure left the log in a state the writer cannot vouch for; reopen it to recover.
+    #[error("the session log is unusable until it is reopened: {0}")]
+    Poisoned(String),
+    /// The writer actor is gone or did not answer.
+    #[error("the session writer is unavailable: {0}")]
+    Unavailable(String),
+    /// The writer was closed.
+    #[error("the session log is closed")]
+    Closed,
+    /// A line in the middle of the log is not a valid event (not a torn tail).
+    #[error("the session log is corrupt at line {line}: {reason}")]
+    Corrupt {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An invariant of SPEC.md's log section does not hold.
+    #[error("invariant violated at seq {seq}: {message}")]
+    Invariant {
+        /// The seq of the first offending event (0 when not tied to one event).
+        seq: u64,
+        /// Which invariant, and how.
+        message: String,
+    },
+}
+
+impl SessionError {
+    /// An I/O error with context.
+    pub fn io(context: impl Into<String>, err: &std::io::Error) -> SessionError {
+        SessionError::Io {
+            context: context.into(),
+            message: err.to_string(),
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! # dsh-session
+//!
+//! The session log: the one record of what the model saw. The [`SessionLog`] handle talks
+//! to the session-writer actor, which assigns `seq` (from 1, +1, no gaps) and acknowledges an
+//! append only once it is as durable as the [`Durability`] setting asks. Backends store the
+//! events: [`MemoryBackend`] here, a JSON Lines file elsewhere in this crate.
+//!
+//! ```
+//! use dsh_session::{Durability, SessionLog};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let log = SessionLog::memory().await.unwrap();
+//! assert!(log.snapshot().await.unwrap().is_empty());
+//! assert_eq!("batch".parse::<Durability>(), Ok(Durability::Batch));
+//! # log.close().await.unwrap();
+//! # });
+//! ```
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+mod backend;
+mod error;
+mod memory;
+mod writer;
+
+pub use backend::{Durability, LogBackend};
+pub use error::SessionError;
+pub use memory::MemoryBackend;
+pub use writer::{PendingAppend, SessionLog, WriterConfig, WriterMsg};
