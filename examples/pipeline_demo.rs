@@ -2,7 +2,12 @@
 //! malformed arguments, a parallel pair) and prints the session log, one event a line.
 //!
 //! Run it with `cargo run --example pipeline_demo`.
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs
+)]
 
 use async_trait::async_trait;
 use dsh::core::{
@@ -62,7 +67,10 @@ impl ToolDefinition for Write {
         json!({"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]})
     }
     async fn execute(&self, input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
-        Ok(json!(format!("wrote {}", input["path"].as_str().unwrap_or("?"))))
+        Ok(json!(format!(
+            "wrote {}",
+            input["path"].as_str().unwrap_or("?")
+        )))
     }
 }
 
@@ -73,14 +81,16 @@ async fn main() {
     registry.register(Write).unwrap();
 
     let mut hooks = Hooks::new();
-    hooks.pre_execute(
-        PermissionRules::from_toml(r#"deny = ["write_file(secrets/**)"]"#).unwrap(),
-    );
+    hooks.pre_execute(PermissionRules::from_toml(r#"deny = ["write_file(secrets/**)"]"#).unwrap());
     hooks.around(MetricsLayer::default());
     hooks.around(RetryLayer);
     hooks.around(TimeoutLayer::default().with_default_ms(30_000));
 
-    let harness = HarnessBuilder::new(registry).hooks(hooks).build().await.unwrap();
+    let harness = HarnessBuilder::new(registry)
+        .hooks(hooks)
+        .build()
+        .await
+        .unwrap();
     let _owner = harness
         .pipeline()
         .guards()
@@ -105,9 +115,21 @@ async fn main() {
             ToolCall::new("call_2", "shout", json!({"text": "world"})),
         ],
         vec![
-            ToolCall::new("call_3", "write_file", json!({"path": "notes.txt", "content": "x"})),
-            ToolCall::new("call_4", "write_file", json!({"path": "secrets/key", "content": "x"})),
-            ToolCall::new("call_5", "write_file", json!({"path": "/etc/passwd", "content": "x"})),
+            ToolCall::new(
+                "call_3",
+                "write_file",
+                json!({"path": "notes.txt", "content": "x"}),
+            ),
+            ToolCall::new(
+                "call_4",
+                "write_file",
+                json!({"path": "secrets/key", "content": "x"}),
+            ),
+            ToolCall::new(
+                "call_5",
+                "write_file",
+                json!({"path": "/etc/passwd", "content": "x"}),
+            ),
         ],
         vec![
             ToolCall::new("call_6", "rm_rf", json!({})),
@@ -122,7 +144,12 @@ async fn main() {
         let outcome = session.run_step(StepRequest::new(calls)).await.unwrap();
         for r in &outcome.results {
             let code = r.code().map(|c| c.as_str()).unwrap_or("ok");
-            eprintln!("step {} {} -> {code}: {}", outcome.step, r.call_id(), r.text());
+            eprintln!(
+                "step {} {} -> {code}: {}",
+                outcome.step,
+                r.call_id(),
+                r.text()
+            );
         }
     }
     for event in log.snapshot().await.unwrap() {

@@ -257,9 +257,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                         Some(CODE_DISPATCH) => Data::Dispatch(map.next_value()?),
                         Some(USER_MESSAGE) => Data::User(map.next_value()?),
                         Some(other) => {
-                            return Err(de::Error::custom(format!(
-                                "unknown event type `{other}`"
-                            )));
+                            return Err(de::Error::custom(format!("unknown event type `{other}`")));
                         }
                         None => Data::Raw(map.next_value()?),
                     })
@@ -350,10 +348,18 @@ mod tests {
 
     #[test]
     fn data_before_type_still_parses_and_bad_lines_fail() {
-        let line = r#"{"data":{"content":"x","origin":"c"},"type":"user/message","step":1,"seq":1}"#;
+        let line =
+            r#"{"data":{"content":"x","origin":"c"},"type":"user/message","step":1,"seq":1}"#;
         assert!(SessionEvent::from_json_line(line).is_ok());
-        assert!(SessionEvent::from_json_line(r#"{"seq":1,"step":1,"type":"x","data":{}}"#).is_err());
-        assert!(SessionEvent::from_json_line(r#"{"seq":1,"step":1,"type":"tool/result","data":{"callId":"c","message":[]}}"#).is_err());
+        assert!(
+            SessionEvent::from_json_line(r#"{"seq":1,"step":1,"type":"x","data":{}}"#).is_err()
+        );
+        assert!(
+            SessionEvent::from_json_line(
+                r#"{"seq":1,"step":1,"type":"tool/result","data":{"callId":"c","message":[]}}"#
+            )
+            .is_err()
+        );
         assert!(SessionEvent::from_json_line("{\"seq\":1").is_err());
     }
 }

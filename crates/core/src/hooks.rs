@@ -316,7 +316,11 @@ impl fmt::Debug for Hooks {
         f.debug_struct("Hooks")
             .field(
                 "pre_execute",
-                &self.pre_execute.iter().map(|h| h.name()).collect::<Vec<_>>(),
+                &self
+                    .pre_execute
+                    .iter()
+                    .map(|h| h.name())
+                    .collect::<Vec<_>>(),
             )
             .field(
                 "around",
@@ -324,7 +328,11 @@ impl fmt::Debug for Hooks {
             )
             .field(
                 "post_execute",
-                &self.post_execute.iter().map(|h| h.name()).collect::<Vec<_>>(),
+                &self
+                    .post_execute
+                    .iter()
+                    .map(|h| h.name())
+                    .collect::<Vec<_>>(),
             )
             .field(
                 "observers",

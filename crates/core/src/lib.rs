@@ -12,7 +12,10 @@
 //! assert!(registry.is_empty());
 //! assert_eq!(ErrorCode::UnknownTool.as_str(), "UNKNOWN_TOOL");
 //! ```
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod around;
 pub mod content;
@@ -25,6 +28,7 @@ pub mod registry;
 pub mod result;
 pub mod signal;
 pub mod tool;
+pub mod transcript;
 
 pub use around::Around;
 pub use content::ContentBlock;

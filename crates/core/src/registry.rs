@@ -53,16 +53,17 @@ impl RegisteredTool {
                 reason: e.to_string(),
             }
         })?;
-        let output = match definition.output_schema() {
-            Some(schema) => Some(jsonschema::validator_for(&schema).map_err(|e| {
-                CoreError::InvalidSchema {
-                    tool: name.clone(),
-                    which: "output",
-                    reason: e.to_string(),
-                }
-            })?),
-            None => None,
-        };
+        let output =
+            match definition.output_schema() {
+                Some(schema) => Some(jsonschema::validator_for(&schema).map_err(|e| {
+                    CoreError::InvalidSchema {
+                        tool: name.clone(),
+                        which: "output",
+                        reason: e.to_string(),
+                    }
+                })?),
+                None => None,
+            };
         Ok(RegisteredTool {
             definition,
             input,

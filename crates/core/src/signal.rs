@@ -251,10 +251,7 @@ mod tests {
         let waiter = tokio::spawn(async move { fused.cancelled().await });
         tokio::task::yield_now().await;
         a.cancel(CancelReason::Caller("stop".into()));
-        assert_eq!(
-            waiter.await.unwrap(),
-            CancelReason::Caller("stop".into())
-        );
+        assert_eq!(waiter.await.unwrap(), CancelReason::Caller("stop".into()));
     }
 
     #[test]

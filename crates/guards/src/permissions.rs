@@ -90,7 +90,7 @@ impl Rule {
             source: trimmed.to_string(),
             tool: glob(tool, text)?,
             pattern: match pattern {
-                Some(p) if p.is_empty() => return Err(invalid("the pattern is empty")),
+                Some("") => return Err(invalid("the pattern is empty")),
                 Some(p) => Some(glob(p, text)?),
                 None => None,
             },
@@ -223,7 +223,11 @@ impl PermissionRules {
             .map(|s| s.to_string_lossy())
             .collect::<Vec<_>>()
             .join("/");
-        if absolute { format!("/{joined}") } else { joined }
+        if absolute {
+            format!("/{joined}")
+        } else {
+            joined
+        }
     }
 }
 
@@ -281,9 +285,17 @@ mod tests {
         let rules = PermissionRules::from_toml(r#"deny = ["write_file(secrets/**)"]"#)
             .unwrap()
             .with_root("/ws");
-        for p in ["./secrets/k", "src/../secrets/k", "/ws/secrets/k", "secrets//k"] {
+        for p in [
+            "./secrets/k",
+            "src/../secrets/k",
+            "/ws/secrets/k",
+            "secrets//k",
+        ] {
             assert!(
-                matches!(rules.classify("write_file", &s(&[p])), Some((RuleClass::Deny, _))),
+                matches!(
+                    rules.classify("write_file", &s(&[p])),
+                    Some((RuleClass::Deny, _))
+                ),
                 "{p} escaped the rule"
             );
         }
@@ -306,14 +318,22 @@ mod tests {
 
     #[test]
     fn tool_part_is_a_glob_and_slashless_patterns_match_at_any_depth() {
-        let rules =
-            PermissionRules::from_toml(r#"deny = ["mcp__*", "read_file(*.pem)", "grep(src/*.rs)"]"#)
-                .unwrap();
+        let rules = PermissionRules::from_toml(
+            r#"deny = ["mcp__*", "read_file(*.pem)", "grep(src/*.rs)"]"#,
+        )
+        .unwrap();
         assert!(rules.classify("mcp__github__create", &[]).is_some());
         assert!(rules.classify("read_file", &s(&["key.pem"])).is_some());
-        assert!(rules.classify("read_file", &s(&["dir/deep/key.pem"])).is_some());
+        assert!(
+            rules
+                .classify("read_file", &s(&["dir/deep/key.pem"]))
+                .is_some()
+        );
         assert!(rules.classify("read_file", &s(&["key.pem.txt"])).is_none());
         assert!(rules.classify("grep", &s(&["src/a.rs"])).is_some());
-        assert!(rules.classify("grep", &s(&["src/x/a.rs"])).is_none(), "`*` stays in one folder");
+        assert!(
+            rules.classify("grep", &s(&["src/x/a.rs"])).is_none(),
+            "`*` stays in one folder"
+        );
     }
 }

@@ -225,13 +225,8 @@ async fn spawn_child(
     myself: &ActorRef<()>,
     args: &SupervisorArgs,
 ) -> Result<ActorCell, ActorProcessingErr> {
-    let (child, _) = Actor::spawn_linked(
-        None,
-        GuardSetActor,
-        args.store.clone(),
-        myself.get_cell(),
-    )
-    .await?;
+    let (child, _) =
+        Actor::spawn_linked(None, GuardSetActor, args.store.clone(), myself.get_cell()).await?;
     *args.current.write().unwrap_or_else(|e| e.into_inner()) = Some(child.clone());
     Ok(child.get_cell())
 }
@@ -270,14 +265,17 @@ impl Actor for GuardSupervisor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let dead = match &evt {
-            SupervisionEvent::ActorTerminated(cell, _, _) | SupervisionEvent::ActorFailed(cell, _) => {
-                Some(cell.get_id())
-            }
+            SupervisionEvent::ActorTerminated(cell, _, _)
+            | SupervisionEvent::ActorFailed(cell, _) => Some(cell.get_id()),
             _ => None,
         };
         if dead.is_some() && dead == state.child.as_ref().map(|c| c.get_id()) {
             tracing::warn!(event = ?evt, "guard-set actor ended; restarting it (calls are denied meanwhile)");
-            *state.args.current.write().unwrap_or_else(|e| e.into_inner()) = None;
+            *state
+                .args
+                .current
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = None;
             state.child = Some(spawn_child(&myself, &state.args).await?);
             state.args.restarts.fetch_add(1, Ordering::Relaxed);
         }
@@ -289,9 +287,16 @@ impl Actor for GuardSupervisor {
         myself: ActorRef<()>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        *state.args.current.write().unwrap_or_else(|e| e.into_inner()) = None;
+        *state
+            .args
+            .current
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         myself
-            .stop_children_and_wait(Some("guard set shut down".into()), Some(Duration::from_secs(5).into()))
+            .stop_children_and_wait(
+                Some("guard set shut down".into()),
+                Some(Duration::from_secs(5)),
+            )
             .await;
         Ok(())
     }
@@ -318,7 +323,9 @@ fn unavailable<T>(r: Result<CallResult<T>, impl fmt::Display>) -> Result<T, Guar
     match r {
         Ok(CallResult::Success(v)) => Ok(v),
         Ok(CallResult::Timeout) => Err(GuardsError::Unavailable("no answer in time".into())),
-        Ok(CallResult::SenderError) => Err(GuardsError::Unavailable("the actor dropped the call".into())),
+        Ok(CallResult::SenderError) => Err(GuardsError::Unavailable(
+            "the actor dropped the call".into(),
+        )),
         Err(e) => Err(GuardsError::Unavailable(e.to_string())),
     }
 }
@@ -367,7 +374,10 @@ impl GuardSet {
         let actor = self.actor()?;
         let key = unavailable(
             actor
-                .call(|reply| GuardSetMsg::Register { guard, reply }, Some(self.timeout))
+                .call(
+                    |reply| GuardSetMsg::Register { guard, reply },
+                    Some(self.timeout),
+                )
                 .await,
         )??;
         Ok(GuardOwner {
@@ -382,7 +392,10 @@ impl GuardSet {
         let asked = match self.actor() {
             Ok(actor) => unavailable(
                 actor
-                    .call(|reply| GuardSetMsg::Evaluate { call, reply }, Some(self.timeout))
+                    .call(
+                        |reply| GuardSetMsg::Evaluate { call, reply },
+                        Some(self.timeout),
+                    )
                     .await,
             ),
             Err(e) => Err(e),
@@ -396,7 +409,11 @@ impl GuardSet {
     /// The ids of the registered guards, in evaluation order.
     pub async fn ids(&self) -> Result<Vec<String>, GuardsError> {
         let actor = self.actor()?;
-        unavailable(actor.call(|reply| GuardSetMsg::List { reply }, Some(self.timeout)).await)
+        unavailable(
+            actor
+                .call(|reply| GuardSetMsg::List { reply }, Some(self.timeout))
+                .await,
+        )
     }
 
     /// The current guard-set actor (for supervision and fault-injection tests).
@@ -418,7 +435,7 @@ impl GuardSet {
     pub async fn shutdown(&self) {
         let _ = self
             .supervisor
-            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(5).into()))
+            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(5)))
             .await;
     }
 }
@@ -450,7 +467,10 @@ impl GuardOwner {
         let actor = self.set.actor()?;
         unavailable(
             actor
-                .call(|reply| GuardSetMsg::Replace { key, guard, reply }, Some(self.set.timeout))
+                .call(
+                    |reply| GuardSetMsg::Replace { key, guard, reply },
+                    Some(self.set.timeout),
+                )
                 .await,
         )?
     }
@@ -461,7 +481,10 @@ impl GuardOwner {
         let actor = self.set.actor()?;
         unavailable(
             actor
-                .call(|reply| GuardSetMsg::Unregister { id, key, reply }, Some(self.set.timeout))
+                .call(
+                    |reply| GuardSetMsg::Unregister { id, key, reply },
+                    Some(self.set.timeout),
+                )
                 .await,
         )?
     }

@@ -194,7 +194,13 @@ fn call_span(call: &ToolCall, step: u64) -> tracing::Span {
 }
 
 impl SchedulerState {
-    fn begin(&mut self, myself: &ActorRef<SchedulerMsg>, mut request: StepRequest, reply: StepReply, cancelled: Option<CancelReason>) {
+    fn begin(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+        mut request: StepRequest,
+        reply: StepReply,
+        cancelled: Option<CancelReason>,
+    ) {
         let step = self.next_step;
         self.next_step += 1;
         let renamed = assign_ids(step, &mut request.calls);
@@ -242,7 +248,11 @@ impl SchedulerState {
         let cap = self.config.max_parallel_tool_calls.max(1);
         while run.next < run.slots.len() {
             let i = run.next;
-            if let Some(reason) = run.stopping.clone().or_else(|| run.slots[i].cancel_requested.clone()) {
+            if let Some(reason) = run
+                .stopping
+                .clone()
+                .or_else(|| run.slots[i].cancel_requested.clone())
+            {
                 never_reached(&self.pipeline, &self.log, run, i, reason);
                 run.next += 1;
                 continue;
@@ -283,7 +293,10 @@ impl SchedulerState {
                     FrozenResult::error(
                         s.call.call_id.clone(),
                         s.call.name.clone(),
-                        dsh_core::ToolError::new(ErrorCode::PipelineError, "the call has no result"),
+                        dsh_core::ToolError::new(
+                            ErrorCode::PipelineError,
+                            "the call has no result",
+                        ),
                     )
                 })
             })
@@ -389,8 +402,12 @@ impl SchedulerState {
         let Some(slot) = run.slots.get_mut(index) else {
             return;
         };
-        let SlotState::Running { handle, track, input, .. } =
-            std::mem::replace(&mut slot.state, SlotState::Done)
+        let SlotState::Running {
+            handle,
+            track,
+            input,
+            ..
+        } = std::mem::replace(&mut slot.state, SlotState::Done)
         else {
             return;
         };
@@ -401,10 +418,11 @@ impl SchedulerState {
         run.finished += 1;
         let result = match (recorded, outcome) {
             (Ok(seq), Some(outcome)) => {
-                run.deferred.extend(outcome.contexts.into_iter().map(|content| DeferredMessage {
-                    content,
-                    origin: slot.call.call_id.clone(),
-                }));
+                run.deferred
+                    .extend(outcome.contexts.into_iter().map(|content| DeferredMessage {
+                        content,
+                        origin: slot.call.call_id.clone(),
+                    }));
                 record_result(&self.log, run.step, seq, &outcome.result, &mut run.records);
                 outcome.result
             }
@@ -413,14 +431,20 @@ impl SchedulerState {
                 let candidate = if handle.is_cancelled() || input.signal.is_cancelled() {
                     interrupted(&input, track.body_started())
                 } else {
-                    Candidate::failed(ErrorCode::PipelineError, "the call's lifecycle ended without a result")
+                    Candidate::failed(
+                        ErrorCode::PipelineError,
+                        "the call's lifecycle ended without a result",
+                    )
                 };
-                let result = self.pipeline.complete(&input.call_id, &input.name, candidate);
+                let result = self
+                    .pipeline
+                    .complete(&input.call_id, &input.name, candidate);
                 record_result(&self.log, run.step, seq, &result, &mut run.records);
                 result
             }
             (Err(e), _) => {
-                let message = format!("the call was not run: its tool/call could not be recorded ({e})");
+                let message =
+                    format!("the call was not run: its tool/call could not be recorded ({e})");
                 run.log_error.get_or_insert(e);
                 FrozenResult::error(
                     input.call_id.clone(),
@@ -461,12 +485,21 @@ fn record_result(
     result: &FrozenResult,
     records: &mut Vec<BoxFuture<'static, Result<u64, SessionError>>>,
 ) {
-    let ack = log.send(step, EventBody::result(ToolResultData::from_frozen(result), call_seq));
+    let ack = log.send(
+        step,
+        EventBody::result(ToolResultData::from_frozen(result), call_seq),
+    );
     records.push(ack.boxed());
 }
 
 /// A call the step will never reach: a synthesized `tool/call` + `tool/result` pair.
-fn never_reached(pipeline: &Pipeline, log: &SessionLog, run: &mut StepRun, i: usize, reason: CancelReason) {
+fn never_reached(
+    pipeline: &Pipeline,
+    log: &SessionLog,
+    run: &mut StepRun,
+    i: usize,
+    reason: CancelReason,
+) {
     let slot = &mut run.slots[i];
     let call_ack = log.send(run.step, call_event(&slot.call, &run.agent));
     let result = pipeline.complete(
@@ -527,7 +560,12 @@ fn start_call(
     };
     // The actor starts in the background; a failure to start drops `reply`, which the
     // forwarder reports like any call that ended without an answer.
-    let actor = match ractor::ActorRuntime::spawn_linked_instant(None, CallLifecycle, args, myself.get_cell()) {
+    let actor = match ractor::ActorRuntime::spawn_linked_instant(
+        None,
+        CallLifecycle,
+        args,
+        myself.get_cell(),
+    ) {
         Ok((actor, _)) => Some(actor),
         Err(e) => {
             tracing::error!(error = %e, "could not spawn a call actor");
@@ -637,7 +675,7 @@ impl Actor for Scheduler {
         myself
             .stop_children_and_wait(
                 Some("scheduler stopped".into()),
-                Some(std::time::Duration::from_secs(5).into()),
+                Some(std::time::Duration::from_secs(5)),
             )
             .await;
         Ok(())

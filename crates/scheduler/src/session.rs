@@ -203,7 +203,7 @@ impl Session {
         let _ = self.cancel(CancelTarget::Session);
         let _ = self
             .actor
-            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10).into()))
+            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
             .await;
         if let Err(e) = self.log.close().await {
             tracing::warn!(error = %e, "closing the session log failed");

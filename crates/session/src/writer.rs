@@ -394,7 +394,11 @@ impl SessionLog {
 
     /// Waits until everything appended so far is durable.
     pub async fn flush(&self) -> Result<(), SessionError> {
-        match self.actor.call(|reply| WriterMsg::Flush { reply }, None).await {
+        match self
+            .actor
+            .call(|reply| WriterMsg::Flush { reply }, None)
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
             Ok(other) => unavailable(format!("{other:?}")),
             Err(e) => unavailable(e),
@@ -403,7 +407,11 @@ impl SessionLog {
 
     /// Every event so far, in order (including ones not yet durable).
     pub async fn snapshot(&self) -> Result<Vec<SessionEvent>, SessionError> {
-        match self.actor.call(|reply| WriterMsg::Snapshot { reply }, None).await {
+        match self
+            .actor
+            .call(|reply| WriterMsg::Snapshot { reply }, None)
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
             Ok(other) => unavailable(format!("{other:?}")),
             Err(e) => unavailable(e),
@@ -414,7 +422,10 @@ impl SessionLog {
     pub async fn close(&self) -> Result<(), SessionError> {
         let answer = match self
             .actor
-            .call(|reply| WriterMsg::Close { reply }, Some(Duration::from_secs(60)))
+            .call(
+                |reply| WriterMsg::Close { reply },
+                Some(Duration::from_secs(60)),
+            )
             .await
         {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
@@ -423,7 +434,7 @@ impl SessionLog {
         };
         let _ = self
             .actor
-            .stop_and_wait(None, Some(Duration::from_secs(5).into()))
+            .stop_and_wait(None, Some(Duration::from_secs(5)))
             .await;
         answer
     }

@@ -22,7 +22,9 @@ pub(super) async fn resolve(
     };
     let denied = |why: String| Err(Candidate::failed(ErrorCode::Denied, why));
     let Some(responder) = &pipeline.approval else {
-        return denied(format!("approval required ({prompt}) and no approver is configured"));
+        return denied(format!(
+            "approval required ({prompt}) and no approver is configured"
+        ));
     };
     let request = ApprovalRequest {
         call_id: input.call_id.clone(),
@@ -38,7 +40,9 @@ pub(super) async fn resolve(
             Some(r) => format!("the approver rejected the call: {r}"),
             None => "the approver rejected the call".to_string(),
         }),
-        Ok(Ok(Err(e))) => denied(format!("the approver could not answer ({e}); denied to be safe")),
+        Ok(Ok(Err(e))) => denied(format!(
+            "the approver could not answer ({e}); denied to be safe"
+        )),
         Ok(Err(_)) => denied("the approver failed; denied to be safe".to_string()),
         Err(_) => denied(format!(
             "the approver did not answer within {} ms; denied to be safe",

@@ -16,6 +16,10 @@
 //! are driven by the call-lifecycle actor; `complete` also closes calls that were cancelled,
 //! so every result of a known tool passes `finalize_content` exactly once.
 
+// A stage that ends a call answers the error candidate as `Err`: it is an ordinary outcome
+// taken once per call, so boxing it would only add an allocation.
+#![allow(clippy::result_large_err)]
+
 mod approval;
 pub(crate) mod candidate;
 mod dispatch;
@@ -162,8 +166,7 @@ impl Pipeline {
 
         // prepare
         let prepared = async {
-            let (arguments, decision) =
-                pre_execute::run(self, &tool, input, arguments).await?;
+            let (arguments, decision) = pre_execute::run(self, &tool, input, arguments).await?;
             approval::resolve(self, input, &arguments, decision).await?;
             guard::check(self, input, &arguments).await?;
             if let Some(reason) = input.signal.reason() {
@@ -205,7 +208,12 @@ impl Pipeline {
 
     /// normalize → `finalize_content` → freeze → observers. Synchronous, and run exactly once
     /// per result.
-    pub(crate) fn complete(&self, call_id: &str, tool_name: &str, candidate: Candidate) -> FrozenResult {
+    pub(crate) fn complete(
+        &self,
+        call_id: &str,
+        tool_name: &str,
+        candidate: Candidate,
+    ) -> FrozenResult {
         let snapshot = normalize::snapshot(&self.config, candidate);
         let tool = self.registry.get(tool_name);
         let frozen = finalize::freeze(call_id, tool_name, tool.as_deref(), snapshot);

@@ -59,7 +59,9 @@ pub(super) fn snapshot(config: &PipelineConfig, mut candidate: Candidate) -> Can
         if d > limit {
             let mut failed = Candidate::failed(
                 ErrorCode::PipelineError,
-                format!("the result could not be snapshotted: its value nests {d} levels deep (the limit is {limit})"),
+                format!(
+                    "the result could not be snapshotted: its value nests {d} levels deep (the limit is {limit})"
+                ),
             );
             failed.contexts = candidate.contexts;
             return failed;
@@ -70,7 +72,9 @@ pub(super) fn snapshot(config: &PipelineConfig, mut candidate: Candidate) -> Can
         if d > limit {
             let mut failed = Candidate::failed(
                 ErrorCode::PipelineError,
-                format!("the result could not be snapshotted: its meta nests {d} levels deep (the limit is {limit})"),
+                format!(
+                    "the result could not be snapshotted: its meta nests {d} levels deep (the limit is {limit})"
+                ),
             );
             failed.contexts = candidate.contexts;
             return failed;

@@ -5,13 +5,11 @@
 //! the result (`BLOCKED`, which ends the waterfall), and add `additionalContexts`. A handler
 //! that errors or panics makes the result `PIPELINE_ERROR`. Error results skip this stage.
 
+use super::Pipeline;
 use super::candidate::Candidate;
 use super::dispatch;
 use super::panic;
-use super::Pipeline;
-use dsh_core::{
-    ErrorCode, PostExecuteContext, RegisteredTool, Replacement, ToolExecutionInput,
-};
+use dsh_core::{ErrorCode, PostExecuteContext, RegisteredTool, Replacement, ToolExecutionInput};
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
@@ -36,7 +34,9 @@ pub(super) async fn run(
             content: &candidate.content,
             tool: tool.definition().as_ref(),
         };
-        let answer = AssertUnwindSafe(handler.post_execute(&ctx)).catch_unwind().await;
+        let answer = AssertUnwindSafe(handler.post_execute(&ctx))
+            .catch_unwind()
+            .await;
         let outcome = match answer {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(e)) => {

@@ -8,9 +8,7 @@
 use super::Pipeline;
 use super::candidate::Candidate;
 use super::panic;
-use dsh_core::{
-    ErrorCode, PreExecuteContext, PreToolDecision, RegisteredTool, ToolExecutionInput,
-};
+use dsh_core::{ErrorCode, PreExecuteContext, PreToolDecision, RegisteredTool, ToolExecutionInput};
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
@@ -24,7 +22,10 @@ pub(super) async fn run(
     tool.validate_input(&arguments).map_err(|why| {
         Candidate::failed(
             ErrorCode::ToolInputError,
-            format!("the arguments do not match the input schema of `{}`: {why}", input.name),
+            format!(
+                "the arguments do not match the input schema of `{}`: {why}",
+                input.name
+            ),
         )
     })?;
     let mut decision = PreToolDecision::Allow;
@@ -37,7 +38,9 @@ pub(super) async fn run(
             decision: &decision,
             tool: tool.definition().as_ref(),
         };
-        let answer = AssertUnwindSafe(handler.pre_execute(&ctx)).catch_unwind().await;
+        let answer = AssertUnwindSafe(handler.pre_execute(&ctx))
+            .catch_unwind()
+            .await;
         let outcome = match answer {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(e)) => {

@@ -1,0 +1,51 @@
+//! `cargo run --release -p dsh-bench -- NAME...` runs scenario benchmarks and prints one JSON
+//! object per figure: `{"bench": NAME, "metric": M, "value": V, "unit": U}`.
+//! `-- --list` lists the names; `-- all` runs every one marked for the default run.
+#![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
+
+mod report;
+
+/// One scenario benchmark.
+pub struct Bench {
+    /// The name the issues give (`session/append`).
+    pub name: &'static str,
+    /// Included in `all` (long soaks are not).
+    pub in_all: bool,
+    /// Runs it and emits its figures.
+    pub run: fn(),
+}
+
+fn benches() -> Vec<&'static Bench> {
+    let lists: [&'static [Bench]; 0] = [];
+    lists.iter().flat_map(|l| l.iter()).collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let all = benches();
+    if args.is_empty() || args.iter().any(|a| a == "--list" || a == "-l") {
+        for b in &all {
+            println!(
+                "{}{}",
+                b.name,
+                if b.in_all { "" } else { "  (not in `all`)" }
+            );
+        }
+        return;
+    }
+    let mut unknown = Vec::new();
+    for arg in &args {
+        if arg == "all" {
+            all.iter().filter(|b| b.in_all).for_each(|b| (b.run)());
+            continue;
+        }
+        match all.iter().find(|b| b.name == arg) {
+            Some(b) => (b.run)(),
+            None => unknown.push(arg.clone()),
+        }
+    }
+    if !unknown.is_empty() {
+        eprintln!("unknown benchmark(s): {} (see --list)", unknown.join(", "));
+        std::process::exit(2);
+    }
+}

@@ -1,0 +1,1 @@
+//! File tools (being written).
