@@ -16,11 +16,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// What each handler saw: its name, the decision so far, the arguments.
+type Seen = Arc<Mutex<Vec<(String, PreToolDecision, Value)>>>;
+
 /// A handler that answers a fixed outcome and records what decision it saw.
 struct Fixed {
     name: &'static str,
     outcome: PreExecuteOutcome,
-    saw: Arc<Mutex<Vec<(String, PreToolDecision, Value)>>>,
+    saw: Seen,
 }
 
 #[async_trait]
@@ -41,11 +44,7 @@ impl PreExecuteHandler for Fixed {
     }
 }
 
-fn fixed(
-    name: &'static str,
-    outcome: PreExecuteOutcome,
-    saw: &Arc<Mutex<Vec<(String, PreToolDecision, Value)>>>,
-) -> Fixed {
+fn fixed(name: &'static str, outcome: PreExecuteOutcome, saw: &Seen) -> Fixed {
     Fixed {
         name,
         outcome,

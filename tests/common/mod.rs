@@ -14,6 +14,26 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Keeps the panics tests cause on purpose (messages with "on purpose" or "exploded") out of
+/// the output; every other panic, test failures included, still prints.
+pub fn quiet_intentional_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            if !(msg.contains("on purpose") || msg.contains("exploded")) {
+                default(info);
+            }
+        }));
+    });
+}
+
 /// What the probe tools saw, shared by every probe of a test.
 #[derive(Default)]
 pub struct Probe {
@@ -254,6 +274,7 @@ pub async fn open_with(
     builder: HarnessBuilder,
     config: SchedulerConfig,
 ) -> (Harness, Session, SessionLog) {
+    quiet_intentional_panics();
     let harness = builder.build().await.unwrap();
     let log = SessionLog::memory().await.unwrap();
     let session = harness.open(log.clone(), config, None).await.unwrap();

@@ -8,6 +8,9 @@ use crate::tool::ToolContext;
 use async_trait::async_trait;
 use serde_json::Value;
 
+/// The tool name of code mode. A script's `tools` object never offers it.
+pub const RUN_CODE: &str = "run_code";
+
 /// Runs sub-calls of a running call through the same pipeline (pre-execute, approval, guards,
 /// wrappers, body, post-execute, finalize, observers), under the parent's signal.
 #[async_trait]

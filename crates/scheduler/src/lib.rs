@@ -52,6 +52,10 @@ pub mod pipeline;
 mod scheduler;
 mod session;
 mod step;
+mod subcall;
+
+/// The name of code mode's tool: sub-calls may not call it again.
+pub const RUN_CODE: &str = dsh_core::dispatcher::RUN_CODE;
 
 pub use error::SchedulerError;
 pub use pipeline::{Pipeline, PipelineConfig};

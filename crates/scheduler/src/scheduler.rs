@@ -13,6 +13,7 @@ use crate::error::SchedulerError;
 use crate::pipeline::candidate::Candidate;
 use crate::pipeline::{CallTrack, Pipeline};
 use crate::step::{CancelTarget, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest};
+use crate::subcall::SubCalls;
 use dsh_core::event::{ToolCallData, ToolResultData, UserMessageData};
 use dsh_core::live::LiveActor;
 use dsh_core::{
@@ -266,7 +267,7 @@ impl SchedulerState {
             if !may_start {
                 break;
             }
-            start_call(&self.pipeline, &self.log, myself, run, i);
+            start_call(&self.pipeline, &self.log, myself, run, i, cap);
             run.next += 1;
         }
         if run.finished == run.slots.len() && run.reply.is_some() {
@@ -531,6 +532,7 @@ fn start_call(
     myself: &ActorRef<SchedulerMsg>,
     run: &mut StepRun,
     i: usize,
+    cap: usize,
 ) {
     let step = run.step;
     let slot = &mut run.slots[i];
@@ -555,7 +557,13 @@ fn start_call(
         recorded: recorded.clone(),
         track: track.clone(),
         reply,
-        dispatcher: None,
+        dispatcher: Some(Arc::new(SubCalls::new(
+            pipeline.clone(),
+            log.clone(),
+            step,
+            slot.call.call_id.clone(),
+            cap,
+        ))),
         span: call_span(&slot.call, step),
     };
     // The actor starts in the background; a failure to start drops `reply`, which the
