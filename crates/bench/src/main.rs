@@ -3,6 +3,7 @@
 //! `-- --list` lists the names; `-- all` runs every one marked for the default run.
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
+mod pipeline_bench;
 mod report;
 
 /// One scenario benchmark.
@@ -16,7 +17,7 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 0] = [];
+    let lists: [&'static [Bench]; 1] = [pipeline_bench::BENCHES];
     lists.iter().flat_map(|l| l.iter()).collect()
 }
 

@@ -1,12 +1,22 @@
 //! The one output format outside checks read: a JSON object per figure, one per line.
 #![allow(dead_code)]
 
-/// Prints `{"bench": NAME, "metric": M, "value": V, "unit": U}`.
+/// Prints `{"bench": NAME, "metric": M, "value": V, "unit": U}`, keys in that order.
 #[allow(clippy::print_stdout)]
 pub fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
-    let line =
-        serde_json::json!({ "bench": bench, "metric": metric, "value": value, "unit": unit });
-    println!("{line}");
+    let s = |v: &str| serde_json::Value::from(v).to_string();
+    // A figure that is not finite is not JSON; it is reported as null rather than dropped.
+    let value = if value.is_finite() {
+        serde_json::Value::from(value).to_string()
+    } else {
+        "null".to_string()
+    };
+    println!(
+        "{{\"bench\": {}, \"metric\": {}, \"value\": {value}, \"unit\": {}}}",
+        s(bench),
+        s(metric),
+        s(unit)
+    );
 }
 
 /// The `q`-quantile (0..=1) of `samples` (sorted in place).
