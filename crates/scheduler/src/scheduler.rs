@@ -49,6 +49,8 @@ pub(crate) enum SchedulerMsg {
     },
     /// The step's results and deferred messages are recorded and its caller answered.
     StepDone { step: u64 },
+    /// Take no more steps (queued ones are answered `ShutDown`); answer once idle.
+    Drain { reply: oneshot::Sender<()> },
 }
 
 /// How a session's scheduler places calls.
@@ -124,6 +126,10 @@ pub(crate) struct SchedulerState {
     next_step: u64,
     current: Option<StepRun>,
     queue: VecDeque<(StepRequest, StepReply, Option<CancelReason>)>,
+    /// Set by `Drain`: no new steps; these wait for the running one to end.
+    draining: Option<Vec<oneshot::Sender<()>>>,
+    /// The writer, linked under this actor: if it dies, the session cannot record.
+    writer: ractor::ActorId,
     _live: LiveActor,
 }
 
@@ -614,13 +620,16 @@ impl Actor for Scheduler {
         args: SchedulerArgs,
     ) -> Result<SchedulerState, ActorProcessingErr> {
         let next_step = args.config.first_step.max(1);
+        let writer = args.log.actor_cell().get_id();
         Ok(SchedulerState {
             pipeline: args.pipeline,
             log: args.log,
             config: args.config,
             next_step,
+            writer,
             current: None,
             queue: VecDeque::new(),
+            draining: None,
             _live: LiveActor::new(),
         })
     }
@@ -633,7 +642,9 @@ impl Actor for Scheduler {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             SchedulerMsg::RunStep { request, reply } => {
-                if state.current.is_some() {
+                if state.draining.is_some() {
+                    let _ = reply.send(Err(SchedulerError::ShutDown));
+                } else if state.current.is_some() {
                     state.queue.push_back((request, reply, None));
                 } else {
                     state.begin(&myself, request, reply, None);
@@ -650,8 +661,24 @@ impl Actor for Scheduler {
                 if state.current.as_ref().is_some_and(|r| r.step == step) {
                     state.current = None;
                 }
-                if let Some((request, reply, cancelled)) = state.queue.pop_front() {
+                if let Some(waiters) = state.draining.as_mut() {
+                    for w in waiters.drain(..) {
+                        let _ = w.send(());
+                    }
+                } else if let Some((request, reply, cancelled)) = state.queue.pop_front() {
                     state.begin(&myself, request, reply, cancelled);
+                }
+            }
+            SchedulerMsg::Drain { reply } => {
+                // Steps that have not started are refused: nothing of them is in the log.
+                for (_, queued, _) in state.queue.drain(..) {
+                    let _ = queued.send(Err(SchedulerError::ShutDown));
+                }
+                let waiters = state.draining.get_or_insert_with(Vec::new);
+                if state.current.is_none() {
+                    let _ = reply.send(());
+                } else {
+                    waiters.push(reply);
                 }
             }
         }
@@ -662,12 +689,29 @@ impl Actor for Scheduler {
         &self,
         _myself: ActorRef<SchedulerMsg>,
         evt: SupervisionEvent,
-        _state: &mut SchedulerState,
+        state: &mut SchedulerState,
     ) -> Result<(), ActorProcessingErr> {
         // A call actor's end is reconciled through its answer port, not here: its answer may
-        // still be on the way when this notice arrives.
-        if let SupervisionEvent::ActorFailed(cell, err) = evt {
-            tracing::error!(actor = %cell.get_id(), error = %err, "a call actor failed");
+        // still be on the way when this notice arrives. The writer is different: without it
+        // the session cannot record anything, so the scheduler fails and its supervisor (the
+        // host's, if any) hears of it.
+        match evt {
+            SupervisionEvent::ActorFailed(cell, err) if cell.get_id() == state.writer => {
+                return Err(format!("the session writer failed: {err}").into());
+            }
+            SupervisionEvent::ActorTerminated(cell, _, reason) if cell.get_id() == state.writer => {
+                if state.draining.is_none() {
+                    return Err(format!(
+                        "the session writer stopped ({})",
+                        reason.unwrap_or_else(|| "no reason".into())
+                    )
+                    .into());
+                }
+            }
+            SupervisionEvent::ActorFailed(cell, err) => {
+                tracing::error!(actor = %cell.get_id(), error = %err, "a call actor failed");
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -139,6 +139,10 @@ impl Harness {
             None => Actor::spawn(None, Scheduler, args).await,
         };
         let (actor, _) = spawned.map_err(|e| SchedulerError::Spawn(e.to_string()))?;
+        // The session owns its log: linked under the scheduler, the writer goes when the
+        // scheduler goes (even when killed), so a restarted session never finds the old
+        // writer still appending to the same log.
+        log.actor_cell().link(actor.get_cell());
         Ok(Session { actor, log })
     }
 
@@ -198,15 +202,51 @@ impl Session {
         self.actor.get_cell()
     }
 
-    /// Cancels whatever runs, stops the scheduler and its call actors, and closes the log.
-    pub async fn shutdown(&self) {
-        let _ = self.cancel(CancelTarget::Session);
+    /// Cancels whatever runs at once, then shuts down (see [`Session::shutdown_within`]).
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.shutdown_within(Duration::ZERO).await
+    }
+
+    /// Graceful shutdown: takes no more steps (queued ones are answered
+    /// [`SchedulerError::ShutDown`]), lets the running step finish for up to `grace`, then
+    /// cancels what is left (`ABORTED`), flushes and closes the log, and stops every actor of
+    /// the session.
+    pub async fn shutdown_within(&self, grace: Duration) -> ShutdownReport {
+        let mut report = ShutdownReport::default();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self
+            .actor
+            .send_message(SchedulerMsg::Drain { reply: tx })
+            .is_ok()
+        {
+            let mut rx = rx;
+            match tokio::time::timeout(grace, &mut rx).await {
+                Ok(_) => {}
+                Err(_) => {
+                    report.cancelled_in_flight = true;
+                    let _ = self.cancel(CancelTarget::Session);
+                    // Cancelled calls answer at once; the bound only guards a lost actor.
+                    let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+                }
+            }
+        }
+        if let Err(e) = self.log.close().await {
+            tracing::warn!(error = %e, "closing the session log failed");
+            report.log_error = Some(e);
+        }
         let _ = self
             .actor
             .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
             .await;
-        if let Err(e) = self.log.close().await {
-            tracing::warn!(error = %e, "closing the session log failed");
-        }
+        report
     }
+}
+
+/// What a shutdown had to do.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShutdownReport {
+    /// The grace ran out and the running step was cancelled.
+    pub cancelled_in_flight: bool,
+    /// Closing the log failed.
+    pub log_error: Option<dsh_session::SessionError>,
 }

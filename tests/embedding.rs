@@ -1,0 +1,209 @@
+//! Embedding dsh in a long-running service: the session's actors live under the host's own
+//! supervisor, failures reach the host as supervision events, and sessions are independent.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use common::*;
+use dsh::scheduler::{CancelTarget, SchedulerConfig, StepRequest};
+use dsh::session::SessionLog;
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A stand-in for the service's own supervisor: it records what it hears.
+struct Host;
+
+type Heard = Arc<Mutex<Vec<(ractor::ActorId, String)>>>;
+
+impl Actor for Host {
+    type Msg = ();
+    type State = Heard;
+    type Arguments = Heard;
+
+    async fn pre_start(&self, _m: ActorRef<()>, heard: Heard) -> Result<Heard, ActorProcessingErr> {
+        Ok(heard)
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _m: ActorRef<()>,
+        evt: SupervisionEvent,
+        heard: &mut Heard,
+    ) -> Result<(), ActorProcessingErr> {
+        let entry = match &evt {
+            SupervisionEvent::ActorTerminated(c, _, why) => {
+                (c.get_id(), format!("terminated: {why:?}"))
+            }
+            SupervisionEvent::ActorFailed(c, err) => (c.get_id(), format!("failed: {err}")),
+            SupervisionEvent::ActorStarted(c) => (c.get_id(), "started".into()),
+            _ => return Ok(()),
+        };
+        heard.lock().unwrap().push(entry);
+        Ok(())
+    }
+}
+
+async fn heard_about(heard: &Heard, id: ractor::ActorId, what: &str) -> bool {
+    for _ in 0..400 {
+        if heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(a, s)| *a == id && s.starts_with(what))
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_killed_session_reaches_the_host_as_a_supervision_event() {
+    let heard: Heard = Arc::default();
+    let (host, _) = Actor::spawn(None, Host, heard.clone()).await.unwrap();
+    let probe = Arc::new(Probe::default());
+    let harness = dsh::scheduler::HarnessBuilder::new(probe_registry(&probe))
+        .build()
+        .await
+        .unwrap();
+    let log = SessionLog::memory().await.unwrap();
+    let session = harness
+        .open(
+            log.clone(),
+            SchedulerConfig::default(),
+            Some(host.get_cell()),
+        )
+        .await
+        .unwrap();
+    let out = session
+        .run_step(StepRequest::new(vec![call("a", "par", json!({}))]))
+        .await
+        .unwrap();
+    assert_eq!(code(&out.results[0]), "ok");
+
+    let scheduler = session.actor_cell();
+    scheduler.kill();
+    assert!(
+        heard_about(&heard, scheduler.get_id(), "terminated").await,
+        "{:?}",
+        heard.lock().unwrap()
+    );
+    // The writer went with it, so nothing can keep appending to the log.
+    assert!(log.snapshot().await.is_err());
+    assert!(
+        session
+            .run_step(StepRequest::new(vec![call("b", "par", json!({}))]))
+            .await
+            .is_err()
+    );
+    host.stop(None);
+    harness.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failed_writer_fails_the_session_and_the_host_hears_it() {
+    let heard: Heard = Arc::default();
+    let (host, _) = Actor::spawn(None, Host, heard.clone()).await.unwrap();
+    let probe = Arc::new(Probe::default());
+    let harness = dsh::scheduler::HarnessBuilder::new(probe_registry(&probe))
+        .build()
+        .await
+        .unwrap();
+    let log = SessionLog::memory().await.unwrap();
+    let session = harness
+        .open(
+            log.clone(),
+            SchedulerConfig::default(),
+            Some(host.get_cell()),
+        )
+        .await
+        .unwrap();
+    log.actor_cell().kill();
+    assert!(
+        heard_about(&heard, session.actor_cell().get_id(), "failed").await,
+        "{:?}",
+        heard.lock().unwrap()
+    );
+    let failure = heard
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(a, s)| *a == session.actor_cell().get_id() && s.starts_with("failed"))
+        .map(|(_, s)| s.clone())
+        .unwrap();
+    assert!(failure.contains("session writer"), "{failure}");
+    host.stop(None);
+    harness.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_sessions_run_side_by_side_and_one_failing_touches_no_other() {
+    let probe = Arc::new(Probe::default());
+    let harness = dsh::scheduler::HarnessBuilder::new(probe_registry(&probe))
+        .build()
+        .await
+        .unwrap();
+    let mut sessions = Vec::new();
+    for _ in 0..1_000 {
+        let log = SessionLog::memory().await.unwrap();
+        sessions.push(
+            harness
+                .open(log, SchedulerConfig::default(), None)
+                .await
+                .unwrap(),
+        );
+    }
+    // Session 0 gets a long step that is cancelled; session 1 is killed outright.
+    let s0 = sessions[0].clone();
+    let cancelled = tokio::spawn(async move {
+        s0.run_step(StepRequest::new(vec![call(
+            "slow",
+            "par",
+            json!({"sleep_ms": 60_000}),
+        )]))
+        .await
+    });
+    let mut tasks = Vec::new();
+    for (i, s) in sessions.iter().enumerate().skip(2) {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let calls = vec![
+                call("a", "par", json!({"sleep_ms": 20, "text": format!("s{i}")})),
+                call("b", "ex", json!({"text": format!("s{i}")})),
+            ];
+            s.run_step(StepRequest::new(calls)).await
+        }));
+    }
+    while probe.started.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    sessions[1].actor_cell().kill();
+    sessions[0].cancel(CancelTarget::Session).unwrap();
+    let out = cancelled.await.unwrap().unwrap();
+    assert_eq!(code(&out.results[0]), "ABORTED");
+    for (i, t) in tasks.into_iter().enumerate() {
+        let out = t.await.unwrap().unwrap();
+        let expected = format!("s{}\n{FINALIZED}", i + 2);
+        assert!(
+            out.results
+                .iter()
+                .all(|r| code(r) == "ok" && r.text() == expected),
+            "session {}",
+            i + 2
+        );
+    }
+    // The cancelled session carries on.
+    let again = sessions[0]
+        .run_step(StepRequest::new(vec![call("c", "par", json!({}))]))
+        .await
+        .unwrap();
+    assert_eq!(code(&again.results[0]), "ok");
+    for s in &sessions {
+        s.shutdown().await;
+    }
+    harness.shutdown().await;
+}
