@@ -699,14 +699,14 @@ impl Actor for Scheduler {
             SupervisionEvent::ActorFailed(cell, err) if cell.get_id() == state.writer => {
                 return Err(format!("the session writer failed: {err}").into());
             }
-            SupervisionEvent::ActorTerminated(cell, _, reason) if cell.get_id() == state.writer => {
-                if state.draining.is_none() {
-                    return Err(format!(
-                        "the session writer stopped ({})",
-                        reason.unwrap_or_else(|| "no reason".into())
-                    )
-                    .into());
-                }
+            SupervisionEvent::ActorTerminated(cell, _, reason)
+                if cell.get_id() == state.writer && state.draining.is_none() =>
+            {
+                return Err(format!(
+                    "the session writer stopped ({})",
+                    reason.unwrap_or_else(|| "no reason".into())
+                )
+                .into());
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 tracing::error!(actor = %cell.get_id(), error = %err, "a call actor failed");
