@@ -14,6 +14,7 @@
 
 use crate::pipeline::candidate::Candidate;
 use crate::pipeline::{CallTrack, Pipeline};
+use crate::telemetry;
 use dsh_core::live::LiveActor;
 use dsh_core::{ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
 use dsh_session::SessionError;
@@ -36,8 +37,8 @@ pub(crate) struct CallOutcome {
 /// The call actor's messages.
 #[derive(Debug)]
 pub(crate) enum CallMsg {
-    /// The run reached a candidate.
-    Finished(Candidate),
+    /// The run reached a candidate (with its `finalize` span).
+    Finished(Candidate, tracing::Span),
     /// The `tool/call` could not be recorded: the call must not run.
     NotRecorded(SessionError),
 }
@@ -60,6 +61,7 @@ pub(crate) struct CallState {
     track: Arc<CallTrack>,
     reply: Option<oneshot::Sender<CallOutcome>>,
     run: Option<tokio::task::JoinHandle<()>>,
+    span: tracing::Span,
     _live: LiveActor,
 }
 
@@ -92,14 +94,15 @@ pub(crate) fn interrupted(input: &ToolExecutionInput, body_started: bool) -> Can
 }
 
 impl CallState {
-    fn answer(&mut self, mut candidate: Candidate) {
+    fn answer(&mut self, mut candidate: Candidate, finalize: &tracing::Span) {
         let Some(reply) = self.reply.take() else {
             return;
         };
         let contexts = std::mem::take(&mut candidate.contexts);
-        let result = self
-            .pipeline
-            .complete(&self.input.call_id, &self.input.name, candidate);
+        let result =
+            self.pipeline
+                .complete(&self.input.call_id, &self.input.name, candidate, finalize);
+        telemetry::record_outcome(&self.span, &result, self.pipeline.config.record_content);
         let _ = reply.send(CallOutcome { result, contexts });
     }
 }
@@ -127,16 +130,21 @@ impl Actor for CallLifecycle {
             let pipeline = pipeline.clone();
             let input = input.clone();
             let track = track.clone();
+            let call_span = span.clone();
             tokio::spawn(
                 async move {
                     // Write-ahead: nothing of the call runs before its tool/call is durable.
                     let msg = match recorded.await {
-                        Ok(_) => CallMsg::Finished(pipeline.run(&input, &track, dispatcher).await),
+                        Ok(_) => {
+                            let (candidate, finalize) =
+                                pipeline.run(&input, &track, dispatcher, &call_span).await;
+                            CallMsg::Finished(candidate, finalize)
+                        }
                         Err(e) => CallMsg::NotRecorded(e),
                     };
                     let _ = myself.send_message(msg);
                 }
-                .instrument(span),
+                .instrument(span.clone()),
             )
         };
         Ok(CallState {
@@ -145,6 +153,7 @@ impl Actor for CallLifecycle {
             track,
             reply: Some(reply),
             run: Some(run),
+            span,
             _live: LiveActor::new(),
         })
     }
@@ -156,7 +165,7 @@ impl Actor for CallLifecycle {
         state: &mut CallState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            CallMsg::Finished(candidate) => state.answer(candidate),
+            CallMsg::Finished(candidate, finalize) => state.answer(candidate, &finalize),
             CallMsg::NotRecorded(e) => {
                 // Dropping the reply tells the scheduler; it knows from the ack why.
                 tracing::error!(call_id = %state.input.call_id, error = %e, "tool/call not recorded; the call does not run");
@@ -178,7 +187,8 @@ impl Actor for CallLifecycle {
                 run.abort();
             }
             let candidate = interrupted(&state.input, state.track.body_started());
-            state.answer(candidate);
+            let finalize = telemetry::phase_span(&state.span, "finalize");
+            state.answer(candidate, &finalize);
         }
         Ok(())
     }

@@ -53,6 +53,7 @@ mod scheduler;
 mod session;
 mod step;
 mod subcall;
+mod telemetry;
 
 /// The name of code mode's tool: sub-calls may not call it again.
 pub const RUN_CODE: &str = dsh_core::dispatcher::RUN_CODE;

@@ -14,6 +14,7 @@ use crate::pipeline::candidate::Candidate;
 use crate::pipeline::{CallTrack, Pipeline};
 use crate::step::{CancelTarget, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest};
 use crate::subcall::SubCalls;
+use crate::telemetry;
 use dsh_core::event::{ToolCallData, ToolResultData, UserMessageData};
 use dsh_core::live::LiveActor;
 use dsh_core::{
@@ -186,18 +187,6 @@ fn call_event(call: &ToolCall, agent: &str) -> EventBody {
         agent: agent.to_string(),
         parent: None,
     })
-}
-
-fn call_span(call: &ToolCall, step: u64) -> tracing::Span {
-    tracing::info_span!(
-        "execute_tool",
-        otel.name = %format!("execute_tool {}", call.name),
-        otel.kind = "internal",
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = %call.name,
-        gen_ai.tool.call.id = %call.call_id,
-        dsh.step = step,
-    )
 }
 
 impl SchedulerState {
@@ -443,9 +432,20 @@ impl SchedulerState {
                         "the call's lifecycle ended without a result",
                     )
                 };
-                let result = self
-                    .pipeline
-                    .complete(&input.call_id, &input.name, candidate);
+                let record = self.pipeline.config.record_content;
+                let span = telemetry::call_span(
+                    &input.name,
+                    &input.call_id,
+                    run.step,
+                    None,
+                    &input.arguments,
+                    record,
+                );
+                let finalize = telemetry::phase_span(&span, "finalize");
+                let result =
+                    self.pipeline
+                        .complete(&input.call_id, &input.name, candidate, &finalize);
+                telemetry::record_outcome(&span, &result, record);
                 record_result(&self.log, run.step, seq, &result, &mut run.records);
                 result
             }
@@ -509,6 +509,15 @@ fn never_reached(
 ) {
     let slot = &mut run.slots[i];
     let call_ack = log.send(run.step, call_event(&slot.call, &run.agent));
+    let record = pipeline.config.record_content;
+    let span = telemetry::call_span(
+        &slot.call.name,
+        &slot.call.call_id,
+        run.step,
+        None,
+        &slot.call.arguments,
+        record,
+    );
     let result = pipeline.complete(
         &slot.call.call_id,
         &slot.call.name,
@@ -516,7 +525,9 @@ fn never_reached(
             ErrorCode::AbortedBeforeDispatch,
             format!("the call was cancelled before it started: {reason}"),
         ),
+        &telemetry::phase_span(&span, "finalize"),
     );
+    telemetry::record_outcome(&span, &result, record);
     let data = ToolResultData::from_frozen(&result);
     let log = log.clone();
     let step = run.step;
@@ -570,7 +581,14 @@ fn start_call(
             slot.call.call_id.clone(),
             cap,
         ))),
-        span: call_span(&slot.call, step),
+        span: telemetry::call_span(
+            &slot.call.name,
+            &slot.call.call_id,
+            step,
+            None,
+            &slot.call.arguments,
+            pipeline.config.record_content,
+        ),
     };
     // The actor starts in the background; a failure to start drops `reply`, which the
     // forwarder reports like any call that ended without an answer.

@@ -10,6 +10,7 @@
 //! alone.
 
 use crate::pipeline::{CallTrack, Pipeline};
+use crate::telemetry;
 use async_trait::async_trait;
 use dsh_core::event::CodeDispatchData;
 use dsh_core::{
@@ -22,6 +23,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{RwLock, Semaphore};
+use tracing::Instrument;
 
 /// The dispatcher handed to one call's body.
 pub(crate) struct SubCalls {
@@ -79,19 +81,38 @@ impl SubCallDispatcher for SubCalls {
             signal,
             parent: Some(self.parent_call_id.clone()),
         };
-        let candidate = if name == crate::RUN_CODE {
-            crate::pipeline::candidate::Candidate::failed(
-                ErrorCode::Denied,
-                "code cannot call run_code from inside run_code",
-            )
-        } else if self.is_parallel(name, &arguments) {
-            let _slot = self.pool.acquire().await;
-            let _shared = self.barrier.read().await;
-            self.pipeline.run(&input, &CallTrack::default(), None).await
-        } else {
-            let _alone = self.barrier.write().await;
-            self.pipeline.run(&input, &CallTrack::default(), None).await
+        let record = self.pipeline.config.record_content;
+        let span = telemetry::call_span(
+            name,
+            &call_id,
+            self.step,
+            Some(&self.parent_call_id),
+            &input.arguments,
+            record,
+        );
+        let run = async {
+            if name == crate::RUN_CODE {
+                (
+                    crate::pipeline::candidate::Candidate::failed(
+                        ErrorCode::Denied,
+                        "code cannot call run_code from inside run_code",
+                    ),
+                    telemetry::phase_span(&span, "finalize"),
+                )
+            } else if self.is_parallel(name, &arguments) {
+                let _slot = self.pool.acquire().await;
+                let _shared = self.barrier.read().await;
+                self.pipeline
+                    .run(&input, &CallTrack::default(), None, &span)
+                    .await
+            } else {
+                let _alone = self.barrier.write().await;
+                self.pipeline
+                    .run(&input, &CallTrack::default(), None, &span)
+                    .await
+            }
         };
+        let (candidate, finalize) = run.instrument(span.clone()).await;
         let mut candidate = candidate;
         if !candidate.contexts.is_empty() {
             tracing::info!(
@@ -101,7 +122,8 @@ impl SubCallDispatcher for SubCalls {
             );
             candidate.contexts.clear();
         }
-        let result = self.pipeline.complete(&call_id, name, candidate);
+        let result = self.pipeline.complete(&call_id, name, candidate, &finalize);
+        telemetry::record_outcome(&span, &result, record);
         let event = EventBody::CodeDispatch(CodeDispatchData {
             call_id,
             parent_call_id: self.parent_call_id.clone(),

@@ -20,6 +20,7 @@ use serde_json::Value;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Aborts the body's task when the leaf stops waiting for it.
 struct AbortOnDrop(tokio::task::JoinHandle<Result<Value, ToolFailure>>);
@@ -69,9 +70,9 @@ impl Leaf for BodyLeaf<'_> {
         let definition = self.tool.definition().clone();
         let arguments = req.arguments;
         self.track.mark_body_started();
-        let mut body = AbortOnDrop(tokio::spawn(async move {
-            definition.execute(arguments, ctx).await
-        }));
+        let mut body = AbortOnDrop(tokio::spawn(
+            async move { definition.execute(arguments, ctx).await }.in_current_span(),
+        ));
         let joined = tokio::select! {
             joined = &mut body.0 => joined,
             _ = signal.cancelled() => {

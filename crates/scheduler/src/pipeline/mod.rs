@@ -32,16 +32,19 @@ mod post_execute;
 mod pre_execute;
 
 use crate::pipeline::candidate::Candidate;
+use crate::telemetry;
 use dsh_core::{
-    ApprovalResponder, Arguments, ErrorCode, FrozenResult, Hooks, SubCallDispatcher,
-    ToolExecutionInput, ToolRegistry,
+    ApprovalResponder, Arguments, ErrorCode, FrozenResult, Hooks, RegisteredTool,
+    SubCallDispatcher, ToolExecutionInput, ToolRegistry,
 };
 use dsh_guards::GuardSet;
+use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tracing::Instrument;
+use tracing::Span;
 
 /// Limits and timeouts of the chain.
 #[derive(Debug, Clone)]
@@ -55,6 +58,9 @@ pub struct PipelineConfig {
     pub max_content_bytes: usize,
     /// Values and meta nested deeper than this fail the snapshot (they cannot round-trip).
     pub max_json_depth: usize,
+    /// Record arguments and results on the tracing spans (off by default: they may hold
+    /// data that should not leave the process).
+    pub record_content: bool,
 }
 
 impl Default for PipelineConfig {
@@ -64,6 +70,7 @@ impl Default for PipelineConfig {
             body_grace: Duration::from_millis(100),
             max_content_bytes: 256 * 1024,
             max_json_depth: 128,
+            record_content: false,
         }
     }
 }
@@ -132,13 +139,37 @@ impl Pipeline {
         &self.guards
     }
 
-    /// prepare → dispatch → post-execute, for a call whose `tool/call` is recorded.
+    /// prepare → dispatch → post-execute, for a call whose `tool/call` is recorded. Answers
+    /// the candidate and the `finalize` span, which [`Pipeline::complete`] enters again.
     pub(crate) async fn run(
         &self,
         input: &ToolExecutionInput,
         track: &CallTrack,
         dispatcher: Option<Arc<dyn SubCallDispatcher>>,
-    ) -> Candidate {
+        call: &Span,
+    ) -> (Candidate, Span) {
+        match self
+            .prepare_and_dispatch(input, track, dispatcher, call)
+            .await
+        {
+            Err(ended) => (ended, telemetry::phase_span(call, "finalize")),
+            Ok((tool, arguments, candidate)) => {
+                let finalize = telemetry::phase_span(call, "finalize");
+                let candidate = post_execute::run(self, &tool, input, &arguments, candidate)
+                    .instrument(finalize.clone())
+                    .await;
+                (candidate, finalize)
+            }
+        }
+    }
+
+    async fn prepare_and_dispatch(
+        &self,
+        input: &ToolExecutionInput,
+        track: &CallTrack,
+        dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+        call: &Span,
+    ) -> Result<(Arc<RegisteredTool>, Value, Candidate), Candidate> {
         let Some(tool) = self.registry.get(&input.name) else {
             let known = self.registry.names();
             let known = if known.is_empty() {
@@ -146,26 +177,25 @@ impl Pipeline {
             } else {
                 known.join(", ")
             };
-            return Candidate::failed(
+            return Err(Candidate::failed(
                 ErrorCode::UnknownTool,
                 format!(
                     "no tool named `{}` is registered (known tools: {known})",
                     input.name
                 ),
-            );
+            ));
         };
         let arguments = match &input.arguments {
             Arguments::Json(v) => v.clone(),
             Arguments::Malformed { error, .. } => {
-                return Candidate::failed(
+                return Err(Candidate::failed(
                     ErrorCode::ToolInputError,
                     format!("the arguments are not valid JSON: {error}"),
-                );
+                ));
             }
         };
 
-        // prepare
-        let prepared = async {
+        let arguments = async {
             let (arguments, decision) = pre_execute::run(self, &tool, input, arguments).await?;
             approval::resolve(self, input, &arguments, decision).await?;
             guard::check(self, input, &arguments).await?;
@@ -177,33 +207,20 @@ impl Pipeline {
             }
             Ok(arguments)
         }
-        .instrument(tracing::debug_span!("prepare"))
-        .await;
-        let arguments = match prepared {
-            Ok(a) => a,
-            Err(c) => return c,
-        };
+        .instrument(telemetry::phase_span(call, "prepare"))
+        .await?;
 
-        // dispatch
         let outcome = dispatch::run(self, &tool, input, arguments.clone(), track, dispatcher)
-            .instrument(tracing::debug_span!("dispatch"))
+            .instrument(telemetry::phase_span(call, "dispatch"))
             .await;
         if let Some(reason) = input.signal.reason() {
             // Body started: even a success is replaced by ABORTED.
-            return Candidate::failed(
+            return Err(Candidate::failed(
                 ErrorCode::Aborted,
                 format!("the call was cancelled while it ran: {reason}"),
-            );
+            ));
         }
-        let candidate = match outcome {
-            Ok(c) => c,
-            Err(c) => return c,
-        };
-
-        // finalize (the asynchronous part)
-        post_execute::run(self, &tool, input, &arguments, candidate)
-            .instrument(tracing::debug_span!("post_execute"))
-            .await
+        Ok((tool, arguments, outcome?))
     }
 
     /// normalize → `finalize_content` → freeze → observers. Synchronous, and run exactly once
@@ -213,7 +230,9 @@ impl Pipeline {
         call_id: &str,
         tool_name: &str,
         candidate: Candidate,
+        finalize: &Span,
     ) -> FrozenResult {
+        let _in_finalize = finalize.enter();
         let snapshot = normalize::snapshot(&self.config, candidate);
         let tool = self.registry.get(tool_name);
         let frozen = finalize::freeze(call_id, tool_name, tool.as_deref(), snapshot);
