@@ -44,6 +44,11 @@ pub const BENCHES: &[Bench] = &[
         in_all: true,
         run: memory,
     },
+    Bench {
+        name: "soak",
+        in_all: false,
+        run: soak,
+    },
 ];
 
 /// A parallel-safe tool: `{}` returns at once, `sleep_ms` sleeps (listening to its signal
@@ -384,5 +389,71 @@ fn memory() {
         );
         session.shutdown().await;
         harness.shutdown().await;
+    });
+}
+
+/// One session, 1,000,000 calls of mixed outcomes: does memory or the actor count creep?
+fn soak() {
+    let rt = runtime();
+    rt.block_on(async {
+        let start_actors = dsh_core::live::live_actors();
+        let harness = full_harness().await;
+        let session = session(&harness, 10).await;
+        let total = std::env::var("DSH_SOAK_CALLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000usize);
+        let per_step = 10;
+        let warm_up = total / 10;
+        let mut after_warm_up = 0.0;
+        let started = Instant::now();
+        let mut done = 0usize;
+        let mut step = 0usize;
+        while done < total {
+            step += 1;
+            let calls = (0..per_step)
+                .map(|i| {
+                    let args = match (step + i) % 7 {
+                        0 => json!({"sleep_ms": 1}),
+                        1 => json!("not an object"),
+                        _ => json!({}),
+                    };
+                    let name = if (step + i) % 13 == 0 {
+                        "missing"
+                    } else {
+                        "noop"
+                    };
+                    ToolCall::new(format!("c{i}"), name, args)
+                })
+                .collect();
+            must(session.run_step(StepRequest::new(calls)).await, "step");
+            done += per_step;
+            if after_warm_up == 0.0 && done >= warm_up {
+                after_warm_up = rss_bytes();
+            }
+        }
+        let end = rss_bytes();
+        session.shutdown().await;
+        harness.shutdown().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        emit("soak", "calls", done as f64, "calls");
+        emit(
+            "soak",
+            "calls_per_s",
+            done as f64 / started.elapsed().as_secs_f64(),
+            "calls/s",
+        );
+        emit(
+            "soak",
+            "rss_growth_mib",
+            (end - after_warm_up) / (1024.0 * 1024.0),
+            "MiB",
+        );
+        emit(
+            "soak",
+            "live_actors_end",
+            (dsh_core::live::live_actors() - start_actors) as f64,
+            "actors",
+        );
     });
 }
