@@ -3,8 +3,10 @@
 //! `-- --list` lists the names; `-- all` runs every one marked for the default run.
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
+mod fs_bench;
 mod pipeline_bench;
 mod report;
+mod session_bench;
 
 /// One scenario benchmark.
 pub struct Bench {
@@ -17,7 +19,11 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 1] = [pipeline_bench::BENCHES];
+    let lists: [&'static [Bench]; 3] = [
+        pipeline_bench::BENCHES,
+        session_bench::BENCHES,
+        fs_bench::BENCHES,
+    ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }
 

@@ -35,13 +35,15 @@ impl std::str::FromStr for Durability {
 pub trait LogBackend: Send + 'static {
     /// Appends `events` in order and, when `sync` is true, makes them durable before
     /// returning. On error the backend must either be left exactly as before the call, or
-    /// answer [`SessionError::Poisoned`].
-    fn commit(&mut self, events: &[SessionEvent], sync: bool) -> Result<(), SessionError>;
+    /// answer [`SessionError::Poisoned`]. The events are handed over so a backend that keeps
+    /// them need not copy them.
+    fn commit(&mut self, events: Vec<SessionEvent>, sync: bool) -> Result<(), SessionError>;
 
     /// Every event stored so far, in order.
     fn read_all(&self) -> Result<Vec<SessionEvent>, SessionError>;
 
-    /// True when `commit` may block on I/O (the writer then runs it off the async workers).
+    /// True when `commit` may block on I/O: the writer then runs syncing commits off the
+    /// async workers (a write without a sync runs in place; it only reaches the page cache).
     fn blocks(&self) -> bool {
         true
     }

@@ -3,7 +3,9 @@
 //! The session log: the one record of what the model saw. The [`SessionLog`] handle talks
 //! to the session-writer actor, which assigns `seq` (from 1, +1, no gaps) and acknowledges an
 //! append only once it is as durable as the [`Durability`] setting asks. Backends store the
-//! events: [`MemoryBackend`] here, a JSON Lines file elsewhere in this crate.
+//! events: [`MemoryBackend`], and [`FileBackend`] (JSON Lines, recovered when opened, see
+//! [`SessionLog::open_file`]). [`replay`] rebuilds the model-visible transcript from a log, and
+//! [`check`] verifies a log's invariants.
 //!
 //! ```
 //! use dsh_session::{Durability, SessionLog};
@@ -20,11 +22,22 @@
 )]
 
 mod backend;
+pub mod check;
 mod error;
+mod file;
+mod inbox;
+mod lines;
+mod log;
 mod memory;
+mod recover;
+pub mod replay;
 mod writer;
 
 pub use backend::{Durability, LogBackend};
 pub use error::SessionError;
+pub use file::FileBackend;
+pub use inbox::PendingAppend;
+pub use log::SessionLog;
 pub use memory::MemoryBackend;
-pub use writer::{PendingAppend, SessionLog, WriterConfig, WriterMsg};
+pub use recover::Recovery;
+pub use writer::{WriterConfig, WriterMsg};

@@ -24,8 +24,8 @@ impl MemoryBackend {
 }
 
 impl LogBackend for MemoryBackend {
-    fn commit(&mut self, events: &[SessionEvent], _sync: bool) -> Result<(), SessionError> {
-        self.events.extend_from_slice(events);
+    fn commit(&mut self, mut events: Vec<SessionEvent>, _sync: bool) -> Result<(), SessionError> {
+        self.events.append(&mut events);
         Ok(())
     }
 

@@ -1,0 +1,268 @@
+//! Session-log benchmarks.
+//!
+//! - `session/append`: appends acknowledged per second through the writer actor, each
+//!   appender awaiting every ack before its next append (as the scheduler does), over a fixed
+//!   time. `memory_events_per_s`, `file_none_events_per_s`, `file_batch16_events_per_s` and
+//!   `file_always_events_per_s` use 16 concurrent appenders; `file_batch1_events_per_s` one.
+//!   Goals: memory ≥ 1,000,000/s, file+batch with 16 appenders ≥ 100,000/s. Also
+//!   `memory_burst8_events_per_s`: the 16 appenders each send eight appends before awaiting
+//!   them, the way the scheduler records a step's calls. And `fdatasync_p50_us` /
+//!   `fdatasync_mean_us`, the disk's own sync latency, which bounds every syncing figure: 16
+//!   appenders, each awaiting its ack, can never get more than 16 appends per sync.
+//! - `session/replay`: a 1,000,000-event log rebuilt into a transcript (`replay_1m_s`, goal
+//!   ≤ 1.5 s), against merely parsing every line into a `serde_json::Value`
+//!   (`replay_to_parse_ratio`, goal ≤ 1.5). Warm cache, median of 3 alternating runs.
+// A bench whose setup fails should stop loudly.
+#![allow(clippy::expect_used, clippy::panic)]
+
+use crate::Bench;
+use crate::report::{emit, quantile};
+use dsh_core::event::{ToolCallData, ToolResultData, UserMessageData};
+use dsh_core::{ContentBlock, EventBody, SessionEvent};
+use dsh_session::{Durability, SessionLog};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub const BENCHES: &[Bench] = &[
+    Bench {
+        name: "session/append",
+        in_all: true,
+        run: append,
+    },
+    Bench {
+        name: "session/replay",
+        in_all: true,
+        run: replay,
+    },
+];
+
+const APPEND_FOR: Duration = Duration::from_millis(1500);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// A `tool/call` of the size models usually send.
+fn call_body(appender: usize, n: u64) -> EventBody {
+    EventBody::ToolCall(ToolCallData {
+        call_id: format!("call_{appender}_{n}"),
+        name: "read_file".into(),
+        arguments: json!({ "path": "src/session/writer.rs", "offset": n }),
+        agent: "main".into(),
+        parent: None,
+    })
+}
+
+/// Acknowledged appends per second from `appenders` concurrent appenders over `APPEND_FOR`.
+/// Each appender sends `burst` appends, then awaits their acks (1: one append in flight; 8:
+/// how the scheduler records a step of eight calls).
+async fn append_rate(log: &SessionLog, appenders: usize, burst: usize) -> f64 {
+    let start = Instant::now();
+    let deadline = start + APPEND_FOR;
+    let tasks: Vec<_> = (0..appenders)
+        .map(|a| {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                let mut acks = Vec::with_capacity(burst);
+                while Instant::now() < deadline {
+                    for _ in 0..(64 / burst).max(1) {
+                        for _ in 0..burst {
+                            acks.push(log.send(1, call_body(a, n)));
+                            n += 1;
+                        }
+                        for ack in acks.drain(..) {
+                            ack.await.expect("append");
+                        }
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0u64;
+    for t in tasks {
+        total += t.await.expect("appender");
+    }
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn file_rate(dir: &Path, name: &str, durability: Durability, appenders: usize) -> f64 {
+    let path = dir.join(name);
+    let (log, _) = SessionLog::open_file(&path, durability, None)
+        .await
+        .expect("open the log");
+    let rate = append_rate(&log, appenders, 1).await;
+    log.close().await.expect("close the log");
+    rate
+}
+
+/// The disk's own `write` + `fdatasync` latency for one small append, in microseconds:
+/// median and mean (the mean is what bounds a syncing writer's throughput).
+fn fdatasync_us(dir: &Path) -> (f64, f64) {
+    let mut file = std::fs::File::create(dir.join("probe")).expect("probe file");
+    let line = [b'x'; 160];
+    let mut samples = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        file.write_all(&line).expect("write");
+        file.sync_data().expect("sync");
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+    (quantile(&mut samples, 0.5), mean)
+}
+
+fn append() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let b = "session/append";
+    rt.block_on(async {
+        let log = SessionLog::memory().await.expect("memory log");
+        let rate = append_rate(&log, 16, 1).await;
+        log.close().await.expect("close");
+        emit(b, "memory_events_per_s", rate, "events/s");
+        let log = SessionLog::memory().await.expect("memory log");
+        let rate = append_rate(&log, 16, 8).await;
+        log.close().await.expect("close");
+        emit(b, "memory_burst8_events_per_s", rate, "events/s");
+        let none = file_rate(dir.path(), "none.jsonl", Durability::None, 16).await;
+        emit(b, "file_none_events_per_s", none, "events/s");
+        let batch1 = file_rate(dir.path(), "batch1.jsonl", Durability::Batch, 1).await;
+        emit(b, "file_batch1_events_per_s", batch1, "events/s");
+        let batch16 = file_rate(dir.path(), "batch16.jsonl", Durability::Batch, 16).await;
+        emit(b, "file_batch16_events_per_s", batch16, "events/s");
+        let always = file_rate(dir.path(), "always.jsonl", Durability::Always, 16).await;
+        emit(b, "file_always_events_per_s", always, "events/s");
+    });
+    let (p50, mean) = fdatasync_us(dir.path());
+    emit(b, "fdatasync_p50_us", p50, "us");
+    emit(b, "fdatasync_mean_us", mean, "us");
+}
+
+struct LogWriter {
+    out: std::io::BufWriter<std::fs::File>,
+    seq: u64,
+}
+
+impl LogWriter {
+    fn put(&mut self, step: u64, body: EventBody) -> u64 {
+        self.seq += 1;
+        let line = SessionEvent {
+            seq: self.seq,
+            step,
+            body,
+        }
+        .to_json_line();
+        self.out.write_all(line.as_bytes()).expect("write");
+        self.out.write_all(b"\n").expect("write");
+        self.seq
+    }
+}
+
+/// Writes a log of `events` events: steps of eight parallel calls, their results in another
+/// order, and one deferred context message.
+fn write_log(path: &Path, events: u64) {
+    let file = std::fs::File::create(path).expect("log file");
+    let mut w = LogWriter {
+        out: std::io::BufWriter::new(file),
+        seq: 0,
+    };
+    let text = "fn main() {\n    println!(\"hello from the file this result shows\");\n}\n";
+    let mut step = 0u64;
+    while w.seq + 17 <= events {
+        step += 1;
+        let mut calls = Vec::new();
+        for i in 0..8 {
+            let id = format!("call_{step}_{i}");
+            let s = w.put(
+                step,
+                EventBody::ToolCall(ToolCallData {
+                    call_id: id.clone(),
+                    name: "read_file".into(),
+                    arguments: json!({ "path": format!("src/module_{i}.rs"), "limit": 200 }),
+                    agent: "main".into(),
+                    parent: None,
+                }),
+            );
+            calls.push((id, s));
+        }
+        for (id, s) in calls.into_iter().rev() {
+            w.put(
+                step,
+                EventBody::result(
+                    ToolResultData {
+                        call_id: id,
+                        message: vec![ContentBlock::text(text)],
+                        error: None,
+                        meta: None,
+                    },
+                    s,
+                ),
+            );
+        }
+        w.put(
+            step,
+            EventBody::UserMessage(UserMessageData {
+                content: "The file was changed since you last read it.".into(),
+                origin: format!("call_{step}_0"),
+            }),
+        );
+    }
+    while w.seq < events {
+        w.put(
+            step,
+            EventBody::UserMessage(UserMessageData {
+                content: "filler".into(),
+                origin: "x".into(),
+            }),
+        );
+    }
+    w.out.flush().expect("flush");
+}
+
+/// The baseline: every line parsed into a `serde_json::Value`, nothing else.
+fn parse_only(path: &Path) -> usize {
+    let bytes = std::fs::read(path).expect("read");
+    let mut n = 0;
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let v: Value = serde_json::from_slice(line).expect("a JSON line");
+        n += usize::from(v.is_object());
+    }
+    n
+}
+
+fn replay() {
+    const EVENTS: u64 = 1_000_000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("replay.jsonl");
+    write_log(&path, EVENTS);
+    let size = std::fs::metadata(&path).expect("log size").len();
+    let mut replays = Vec::new();
+    let mut parses = Vec::new();
+    // Warms the page cache.
+    assert_eq!(parse_only(&path) as u64, EVENTS);
+    for _ in 0..3 {
+        let t = Instant::now();
+        let transcript = dsh_session::replay::replay_file(&path).expect("replay");
+        replays.push(t.elapsed().as_secs_f64());
+        assert!(transcript.steps.len() > 50_000);
+        drop(transcript);
+        let t = Instant::now();
+        assert_eq!(parse_only(&path) as u64, EVENTS);
+        parses.push(t.elapsed().as_secs_f64());
+    }
+    let replay_s = quantile(&mut replays, 0.5);
+    let parse_s = quantile(&mut parses, 0.5);
+    let b = "session/replay";
+    emit(b, "replay_1m_s", replay_s, "s");
+    emit(b, "parse_1m_s", parse_s, "s");
+    emit(b, "replay_to_parse_ratio", replay_s / parse_s, "ratio");
+    emit(b, "log_mb", size as f64 / 1e6, "MB");
+}

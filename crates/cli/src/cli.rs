@@ -1,0 +1,197 @@
+//! The command line, as clap reads it.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// The exit codes, as `--help` shows them at the end of every command's help.
+macro_rules! exit_codes {
+    () => {
+        "\
+Exit codes:
+  0  success
+  1  `run`: some transcript lines were not assistant messages and were skipped
+     `check`: the log violates an invariant (the first violation is named on stderr)
+  2  usage: a bad option or argument, or a policy file that does not parse
+  3  I/O or log failure: a file could not be read or created, or the session log
+     could not be written or read"
+    };
+}
+
+const EXIT_CODES: &str = exit_codes!();
+
+const TOP_HELP: &str = concat!(
+    "New here? `dsh demo` runs a bundled example on a fresh temporary copy of a sample project.\n\n",
+    exit_codes!()
+);
+
+/// Runs recorded model tool calls through the dsh pipeline, and replays and checks the
+/// session log it writes.
+#[derive(Debug, Parser)]
+#[command(name = "dsh", version, after_help = TOP_HELP)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run each assistant message of a transcript as one step, confined to a workspace.
+    ///
+    /// TRANSCRIPT is JSON Lines, one assistant message a line, in the OpenAI/DeepSeek chat
+    /// format (`tool_calls` with `function.arguments` as a JSON string) or the Anthropic format
+    /// (`content` blocks of `type: "tool_use"`); the format is detected per line. Each step is
+    /// printed on stdout in its line's format, one JSON message a line: the assistant message
+    /// (with the call ids the log uses), then the results the model sees next. An existing LOG
+    /// is recovered and continued.
+    ///
+    /// Bad calls are answered, not fatal: arguments that are not JSON get `TOOL_INPUT_ERROR`,
+    /// an unknown tool `UNKNOWN_TOOL`, a refused call `DENIED`; a missing or repeated call id
+    /// is replaced by a fresh one (reported on stderr). A line that is not an assistant message
+    /// is skipped with one line on stderr (exit code 1); a message without tool calls is noted
+    /// and skipped.
+    #[command(after_help = EXIT_CODES)]
+    Run(RunArgs),
+    /// Print the model-visible transcript rebuilt from a session log alone.
+    ///
+    /// The output is what `dsh run` printed for the same steps, in the chosen format.
+    #[command(after_help = EXIT_CODES)]
+    Replay(ReplayArgs),
+    /// Verify a session log's invariants; exits 1 naming the first violation.
+    #[command(after_help = EXIT_CODES)]
+    Check(CheckArgs),
+    /// Run a bundled example transcript on a fresh copy of a small sample project.
+    ///
+    /// Copies the sample project into a new temporary directory, runs the example (reads,
+    /// parallel greps, an edit, a denied write outside the workspace, a patch), prints what
+    /// `dsh run` prints, and tells where the workspace and the log are.
+    #[command(after_help = EXIT_CODES)]
+    Demo(DemoArgs),
+}
+
+/// `dsh run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The transcript (JSON Lines of assistant messages); `-` reads standard input.
+    #[arg(value_name = "TRANSCRIPT")]
+    pub transcript: PathBuf,
+    /// The directory the file tools are confined to.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: PathBuf,
+    /// The session log (JSON Lines); created if missing, recovered and continued if present.
+    #[arg(long, value_name = "LOG")]
+    pub log: PathBuf,
+    #[command(flatten)]
+    pub options: PipelineOptions,
+}
+
+/// Options shared by `run` and `demo`.
+#[derive(Debug, Clone, Args)]
+pub struct PipelineOptions {
+    /// Permission rules in TOML: top-level `allow`, `ask` and `deny` lists of `tool` or
+    /// `tool(glob)` rules. Deny beats ask beats allow; unmatched calls are allowed.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// How `ask` decisions are answered: `prompt` asks on the terminal (and denies when there
+    /// is none), `deny` refuses them all, `allow` approves them all (guards still apply).
+    #[arg(long, value_enum, default_value_t = Approve::Prompt, value_name = "MODE")]
+    pub approve: Approve,
+    /// The most calls of one step that run at the same time.
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_parallel: u32,
+    /// When an appended event counts as written: `always` fsyncs each event, `batch` fsyncs
+    /// groups, `none` leaves it to the OS.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Batch, value_name = "MODE")]
+    pub durability: DurabilityArg,
+    /// Refuse every change to the workspace: write_file, edit_file and apply_patch are denied.
+    #[arg(long)]
+    pub read_only: bool,
+    /// The deadline of a tool that does not set its own, in milliseconds.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub timeout_ms: u64,
+}
+
+/// `dsh replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The session log.
+    #[arg(value_name = "LOG")]
+    pub log: PathBuf,
+    /// The format to print in.
+    #[arg(long, value_enum, default_value_t = FormatArg::Openai)]
+    pub format: FormatArg,
+}
+
+/// `dsh check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The session log.
+    #[arg(value_name = "LOG")]
+    pub log: PathBuf,
+}
+
+/// `dsh demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Which bundled example to run.
+    #[arg(long, value_enum, default_value_t = FormatArg::Openai)]
+    pub format: FormatArg,
+    /// Where to put the sample workspace and the log (default: a new temporary directory,
+    /// kept afterwards so you can look at it). Must not exist yet or be empty.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub options: PipelineOptions,
+}
+
+/// `--approve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Approve {
+    /// Ask on the terminal; deny when there is no terminal.
+    Prompt,
+    /// Deny every `ask`.
+    Deny,
+    /// Approve every `ask`.
+    Allow,
+}
+
+/// `--durability`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    /// fsync each event.
+    Always,
+    /// fsync groups of events (group commit).
+    Batch,
+    /// No fsync.
+    None,
+}
+
+impl From<DurabilityArg> for dsh_session::Durability {
+    fn from(d: DurabilityArg) -> Self {
+        match d {
+            DurabilityArg::Always => dsh_session::Durability::Always,
+            DurabilityArg::Batch => dsh_session::Durability::Batch,
+            DurabilityArg::None => dsh_session::Durability::None,
+        }
+    }
+}
+
+/// `--format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// OpenAI/DeepSeek chat messages.
+    #[value(alias = "deepseek")]
+    Openai,
+    /// Anthropic messages.
+    Anthropic,
+}
+
+impl From<FormatArg> for dsh_formats::Format {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Openai => dsh_formats::Format::OpenAi,
+            FormatArg::Anthropic => dsh_formats::Format::Anthropic,
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The pipeline `run` drives: the file tools confined to the workspace, the sandbox first,
+//! then the permission rules, approval, and the around-wrappers; one session on the log.
+
+use crate::approve;
+use crate::cli::PipelineOptions;
+use crate::error::CliError;
+use crate::output::note;
+use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
+use dsh_core::{Hooks, ToolRegistry};
+use dsh_guards::PermissionRules;
+use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
+use dsh_session::SessionLog;
+use dsh_tool_fs::FsToolset;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A started pipeline with its open session.
+pub struct Running {
+    /// The harness (guards, pipeline).
+    pub harness: Harness,
+    /// The session writing to the log.
+    pub session: Session,
+    /// The file tools (their fs-intent monitor is stopped last).
+    pub toolset: FsToolset,
+    /// The log's path, for messages.
+    pub log_path: PathBuf,
+}
+
+impl Running {
+    /// Stops the session (closing the log) and the harness.
+    pub async fn shutdown(self) {
+        self.session.shutdown().await;
+        self.harness.shutdown().await;
+        self.toolset.shutdown().await;
+    }
+}
+
+fn workspace_dir(workspace: &Path) -> Result<PathBuf, CliError> {
+    let dir = workspace
+        .canonicalize()
+        .map_err(|e| CliError::io("open the workspace", workspace, e))?;
+    if !dir.is_dir() {
+        return Err(CliError::Usage(format!(
+            "--workspace {} is not a directory",
+            workspace.display()
+        )));
+    }
+    Ok(dir)
+}
+
+fn permission_rules(file: &Path, root: &Path) -> Result<PermissionRules, CliError> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| CliError::io("read the policy file", file, e))?;
+    PermissionRules::from_toml(&text)
+        .map(|rules| rules.with_root(root))
+        .map_err(|e| CliError::Usage(format!("policy file {}: {e}", file.display())))
+}
+
+/// Builds the pipeline and opens (recovering, if it exists) the log.
+pub async fn start(
+    workspace: &Path,
+    log_path: &Path,
+    options: &PipelineOptions,
+    stdin_free: bool,
+) -> Result<Running, CliError> {
+    let root = workspace_dir(workspace)?;
+    let rules = match &options.policy {
+        Some(file) => Some(permission_rules(file, &root)?),
+        None => None,
+    };
+
+    let registry = Arc::new(ToolRegistry::new());
+    let toolset = FsToolset::builder(&root)
+        .read_only(options.read_only)
+        .build()
+        .await
+        .map_err(|e| CliError::Start(format!("the file tools: {e}")))?;
+    if let Err(e) = toolset.register(&registry) {
+        toolset.shutdown().await;
+        return Err(CliError::Start(format!("registering the file tools: {e}")));
+    }
+
+    let mut hooks = Hooks::new();
+    // The sandbox runs first: nothing outside the workspace is even put to the rules.
+    hooks.pre_execute_arc(toolset.sandbox());
+    if let Some(rules) = rules {
+        hooks.pre_execute(rules);
+    }
+    hooks.around(MetricsLayer::default());
+    hooks.around(RetryLayer);
+    hooks.around(TimeoutLayer::default().with_default_ms(options.timeout_ms));
+
+    let harness = match HarnessBuilder::new(registry)
+        .hooks(hooks)
+        .approval(approve::responder(options.approve, stdin_free))
+        .build()
+        .await
+    {
+        Ok(h) => h,
+        Err(e) => {
+            toolset.shutdown().await;
+            return Err(CliError::Start(e.to_string()));
+        }
+    };
+
+    let (log, recovery) =
+        match SessionLog::open_file(log_path, options.durability.into(), None).await {
+            Ok(pair) => pair,
+            Err(e) => {
+                harness.shutdown().await;
+                toolset.shutdown().await;
+                return Err(CliError::log(log_path, e));
+            }
+        };
+    if recovery.repaired() {
+        let mut what = Vec::new();
+        if recovery.torn_bytes_cut > 0 {
+            what.push(format!(
+                "cut a torn last line of {} bytes",
+                recovery.torn_bytes_cut
+            ));
+        }
+        if recovery.newline_added {
+            what.push("ended the last line".to_string());
+        }
+        if !recovery.closed_calls.is_empty() {
+            what.push(format!(
+                "closed {} call(s) left open with ABORTED ({})",
+                recovery.closed_calls.len(),
+                recovery.closed_calls.join(", ")
+            ));
+        }
+        note(format!(
+            "recovered {}: {}",
+            log_path.display(),
+            what.join("; ")
+        ));
+    }
+    if recovery.next_step > 1 {
+        note(format!(
+            "continuing {} ({} events) at step {}",
+            log_path.display(),
+            recovery.next_seq.saturating_sub(1),
+            recovery.next_step
+        ));
+    }
+    let config = SchedulerConfig {
+        max_parallel_tool_calls: usize::try_from(options.max_parallel).unwrap_or(usize::MAX),
+        first_step: recovery.next_step,
+        ..SchedulerConfig::default()
+    };
+    let session = match harness.open(log.clone(), config, None).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = log.close().await;
+            harness.shutdown().await;
+            toolset.shutdown().await;
+            return Err(CliError::Start(e.to_string()));
+        }
+    };
+    Ok(Running {
+        harness,
+        session,
+        toolset,
+        log_path: log_path.to_path_buf(),
+    })
+}

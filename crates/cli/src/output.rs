@@ -1,0 +1,136 @@
+//! Standard output: one JSON message a line, flushed after each step.
+
+use crate::error::CliError;
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+
+/// Prints messages as JSON Lines. A closed pipe (`dsh replay LOG | head`) silences further
+/// output instead of failing: the log, not stdout, is the record.
+#[derive(Debug, Default)]
+pub struct JsonLines {
+    closed: bool,
+}
+
+impl JsonLines {
+    /// Prints `messages`, one a line, then flushes.
+    pub fn print(&mut self, messages: &[Value]) -> Result<(), CliError> {
+        if self.closed || messages.is_empty() {
+            return Ok(());
+        }
+        let mut out = std::io::stdout().lock();
+        let written = messages
+            .iter()
+            .try_for_each(|m| {
+                let mut line = String::new();
+                write_ordered(m, &mut line);
+                line.push('\n');
+                out.write_all(line.as_bytes())
+            })
+            .and_then(|()| out.flush());
+        match written {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(CliError::io("write to", Path::new("standard output"), e)),
+        }
+    }
+}
+
+/// Keys in the order a reader of chat messages expects them; others follow, sorted.
+const KEY_ORDER: &[&str] = &[
+    "role",
+    "type",
+    "id",
+    "tool_call_id",
+    "tool_use_id",
+    "name",
+    "is_error",
+    "content",
+    "text",
+    "tool_calls",
+    "function",
+    "arguments",
+    "input",
+    "source",
+    "media_type",
+    "data",
+];
+
+fn rank(key: &str) -> usize {
+    KEY_ORDER
+        .iter()
+        .position(|k| *k == key)
+        .unwrap_or(KEY_ORDER.len())
+}
+
+/// Compact JSON with message keys in reading order (`role` first). Tool inputs are the
+/// model's own data and keep their sorted order.
+fn write_ordered(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                match &map[key] {
+                    data if key == "input" => out.push_str(&data.to_string()),
+                    other => write_ordered(other, out),
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_ordered(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// Reports one line on stderr, prefixed with `dsh: `.
+pub fn note(message: impl std::fmt::Display) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "dsh: {message}");
+}
+
+/// Prints one line of plain text on stdout (a verdict, not a message).
+pub fn say(message: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_print_role_first_and_stay_the_same_json() {
+        let m = json!({"tool_call_id": "c1", "content": "x", "role": "tool"});
+        let mut line = String::new();
+        write_ordered(&m, &mut line);
+        assert_eq!(line, r#"{"role":"tool","tool_call_id":"c1","content":"x"}"#);
+        assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), m);
+        let m = json!({"content": [{"input": {"type": 1, "a": [2]}, "name": "t", "type": "tool_use", "id": "i"}], "role": "assistant"});
+        let mut line = String::new();
+        write_ordered(&m, &mut line);
+        assert_eq!(
+            line,
+            r#"{"role":"assistant","content":[{"type":"tool_use","id":"i","name":"t","input":{"a":[2],"type":1}}]}"#
+        );
+    }
+}

@@ -1,0 +1,556 @@
+//! The checker: verifies every invariant of SPEC.md's log section and names the first
+//! violation (what `dsh check` reports).
+//!
+//! Invariants, each with its [`Violation`]:
+//! - seq starts at 1 and increases by exactly 1 ([`Violation::SeqOutOfOrder`]);
+//! - steps never go backwards ([`Violation::StepBackwards`]);
+//! - a `tool/result` has `surfaceOp: "append"` ([`Violation::SurfaceOp`]) and its
+//!   `sourceEventSeqs` names exactly one event ([`Violation::SourceCount`]): a `tool/call`
+//!   ([`Violation::UnknownCall`]) that comes before it ([`Violation::ResultBeforeCall`]), in the
+//!   same step ([`Violation::ResultInOtherStep`]), with the same `callId`
+//!   ([`Violation::CallIdMismatch`]), and not already answered
+//!   ([`Violation::DuplicateResult`]);
+//! - every `tool/call` has a result ([`Violation::MissingResult`]);
+//! - a step's `user/message` events come after all of that step's results
+//!   ([`Violation::UserMessageBeforeResult`]);
+//! - a `tool/code-dispatch` sits between its parent call and that call's result, in the
+//!   parent's step ([`Violation::DispatchOutsideParent`]).
+//!
+//! "First" is log order: the violation found at the earliest event, reading from the top.
+//!
+//! ```
+//! use dsh_core::event::{EventBody, SessionEvent, UserMessageData};
+//! use dsh_session::check::{check, Violation};
+//! let user = |seq, step| SessionEvent {
+//!     seq,
+//!     step,
+//!     body: EventBody::UserMessage(UserMessageData { content: "x".into(), origin: "c".into() }),
+//! };
+//! assert_eq!(check(&[user(1, 1), user(2, 2)]).unwrap().events, 2);
+//! assert!(matches!(
+//!     check(&[user(1, 2), user(2, 1)]),
+//!     Err(Violation::StepBackwards { seq: 2, .. })
+//! ));
+//! ```
+
+use crate::error::SessionError;
+use crate::lines::for_each_line;
+use dsh_core::event::SURFACE_APPEND;
+use dsh_core::{EventBody, SessionEvent};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+
+/// What a log that passes the checker holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Events in the log.
+    pub events: u64,
+    /// Distinct steps.
+    pub steps: u64,
+    /// `tool/call` events (each with its one result).
+    pub calls: u64,
+    /// `tool/code-dispatch` events.
+    pub code_dispatches: u64,
+    /// `user/message` events.
+    pub user_messages: u64,
+}
+
+/// The first invariant a log breaks. `seq` fields name the offending event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// The file could not be read.
+    Unreadable {
+        /// The OS error.
+        reason: String,
+    },
+    /// A line of the file is not a whole event.
+    Parse {
+        /// 1-based line number.
+        line: usize,
+        /// What the parser said.
+        reason: String,
+    },
+    /// The event at `line` (its 1-based position in the log) does not have the next seq.
+    SeqOutOfOrder {
+        /// 1-based position (the line, in a file).
+        line: usize,
+        /// The seq it should have.
+        expected: u64,
+        /// The seq it has.
+        found: u64,
+    },
+    /// An event's step is smaller than the step before it.
+    StepBackwards {
+        /// The event.
+        seq: u64,
+        /// Its step.
+        step: u64,
+        /// The step before it.
+        previous: u64,
+    },
+    /// A `tool/result` whose `surfaceOp` is not `append`.
+    SurfaceOp {
+        /// The result.
+        seq: u64,
+        /// The `surfaceOp` it has.
+        found: String,
+    },
+    /// A `tool/result` whose `sourceEventSeqs` does not name exactly one event.
+    SourceCount {
+        /// The result.
+        seq: u64,
+        /// The `sourceEventSeqs` it has.
+        found: Vec<u64>,
+    },
+    /// A `tool/result` that comes before the `tool/call` it names.
+    ResultBeforeCall {
+        /// The result.
+        seq: u64,
+        /// The call's seq.
+        call_seq: u64,
+    },
+    /// A `tool/result` naming a seq that is not a `tool/call`.
+    UnknownCall {
+        /// The result.
+        seq: u64,
+        /// The seq it names.
+        call_seq: u64,
+    },
+    /// A second `tool/result` for a call.
+    DuplicateResult {
+        /// The second result.
+        seq: u64,
+        /// The call.
+        call_seq: u64,
+        /// The first result.
+        first: u64,
+    },
+    /// A call whose result is in another step.
+    ResultInOtherStep {
+        /// The result.
+        seq: u64,
+        /// The call.
+        call_seq: u64,
+        /// The call's step.
+        call_step: u64,
+        /// The result's step.
+        step: u64,
+    },
+    /// A `tool/result` whose `callId` is not its call's.
+    CallIdMismatch {
+        /// The result.
+        seq: u64,
+        /// The call.
+        call_seq: u64,
+        /// The call's id.
+        expected: String,
+        /// The id the result has.
+        found: String,
+    },
+    /// A `tool/call` with no `tool/result` at all.
+    MissingResult {
+        /// The call.
+        call_seq: u64,
+        /// Its id.
+        call_id: String,
+        /// Its step.
+        step: u64,
+    },
+    /// A `user/message` that comes before one of its step's results.
+    UserMessageBeforeResult {
+        /// The user message.
+        seq: u64,
+        /// The result after it.
+        result_seq: u64,
+        /// The step.
+        step: u64,
+    },
+    /// A `tool/code-dispatch` that is not between its parent call and that call's result.
+    DispatchOutsideParent {
+        /// The dispatch.
+        seq: u64,
+        /// The parent it names.
+        parent_call_id: String,
+        /// Where it is instead.
+        reason: String,
+    },
+}
+
+impl Violation {
+    /// The seq of the event the violation is about, when there is one.
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            Violation::Unreadable { .. }
+            | Violation::Parse { .. }
+            | Violation::SeqOutOfOrder { .. } => None,
+            Violation::MissingResult { call_seq, .. } => Some(*call_seq),
+            Violation::StepBackwards { seq, .. }
+            | Violation::SurfaceOp { seq, .. }
+            | Violation::SourceCount { seq, .. }
+            | Violation::ResultBeforeCall { seq, .. }
+            | Violation::UnknownCall { seq, .. }
+            | Violation::DuplicateResult { seq, .. }
+            | Violation::ResultInOtherStep { seq, .. }
+            | Violation::CallIdMismatch { seq, .. }
+            | Violation::UserMessageBeforeResult { seq, .. }
+            | Violation::DispatchOutsideParent { seq, .. } => Some(*seq),
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Unreadable { reason } => write!(f, "the log cannot be read: {reason}"),
+            Violation::Parse { line, reason } => {
+                write!(f, "line {line} is not a whole session event: {reason}")
+            }
+            Violation::SeqOutOfOrder {
+                line,
+                expected,
+                found,
+            } => write!(
+                f,
+                "line {line} has seq {found} where {expected} was expected \
+                 (seq starts at 1 and increases by exactly 1)"
+            ),
+            Violation::StepBackwards {
+                seq,
+                step,
+                previous,
+            } => write!(
+                f,
+                "seq {seq} is in step {step}, after step {previous}: steps never go backwards"
+            ),
+            Violation::SurfaceOp { seq, found } => write!(
+                f,
+                "seq {seq}: tool/result has surfaceOp `{found}`, not `{SURFACE_APPEND}`"
+            ),
+            Violation::SourceCount { seq, found } => write!(
+                f,
+                "seq {seq}: tool/result sourceEventSeqs is {found:?}; it must name exactly one tool/call"
+            ),
+            Violation::ResultBeforeCall { seq, call_seq } => write!(
+                f,
+                "seq {seq}: tool/result comes before its tool/call (seq {call_seq})"
+            ),
+            Violation::UnknownCall { seq, call_seq } => write!(
+                f,
+                "seq {seq}: tool/result names seq {call_seq}, which is not a tool/call"
+            ),
+            Violation::DuplicateResult {
+                seq,
+                call_seq,
+                first,
+            } => write!(
+                f,
+                "seq {seq}: a second tool/result for the tool/call at seq {call_seq} \
+                 (the first is seq {first})"
+            ),
+            Violation::ResultInOtherStep {
+                seq,
+                call_seq,
+                call_step,
+                step,
+            } => write!(
+                f,
+                "seq {seq}: the tool/result is in step {step} but its tool/call (seq {call_seq}) \
+                 is in step {call_step}"
+            ),
+            Violation::CallIdMismatch {
+                seq,
+                call_seq,
+                expected,
+                found,
+            } => write!(
+                f,
+                "seq {seq}: tool/result has callId `{found}` but its tool/call (seq {call_seq}) \
+                 has `{expected}`"
+            ),
+            Violation::MissingResult {
+                call_seq,
+                call_id,
+                step,
+            } => write!(
+                f,
+                "seq {call_seq}: tool/call `{call_id}` has no tool/result in step {step}"
+            ),
+            Violation::UserMessageBeforeResult {
+                seq,
+                result_seq,
+                step,
+            } => write!(
+                f,
+                "seq {seq}: user/message comes before the tool/result at seq {result_seq} of \
+                 the same step {step}"
+            ),
+            Violation::DispatchOutsideParent {
+                seq,
+                parent_call_id,
+                reason,
+            } => write!(
+                f,
+                "seq {seq}: tool/code-dispatch for parent `{parent_call_id}` {reason}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Violation {}
+
+impl From<Violation> for SessionError {
+    fn from(v: Violation) -> SessionError {
+        SessionError::Invariant {
+            seq: v.seq().unwrap_or(0),
+            message: v.to_string(),
+        }
+    }
+}
+
+struct OpenCall<'a> {
+    call_id: &'a str,
+    step: u64,
+}
+
+/// The state of one forward pass.
+#[derive(Default)]
+struct Pass<'a> {
+    step: Option<u64>,
+    /// Calls of the current step still without a result, by seq.
+    open: BTreeMap<u64, OpenCall<'a>>,
+    /// Answered calls: call seq -> result seq.
+    answered: HashMap<u64, u64>,
+    /// The current step's first `user/message`.
+    first_user: Option<u64>,
+    report: CheckReport,
+}
+
+/// Where each call id appears, for explaining a misplaced code dispatch and a result in the
+/// wrong step; built only when a violation needs it.
+fn result_of(events: &[SessionEvent], call_seq: u64) -> Option<&SessionEvent> {
+    events.iter().find(|e| match &e.body {
+        EventBody::ToolResult {
+            source_event_seqs, ..
+        } => source_event_seqs.first() == Some(&call_seq),
+        _ => false,
+    })
+}
+
+fn misplaced_dispatch(events: &[SessionEvent], at: &SessionEvent, parent: &str) -> String {
+    let calls: Vec<&SessionEvent> = events
+        .iter()
+        .filter(|e| matches!(&e.body, EventBody::ToolCall(d) if d.call_id == parent))
+        .collect();
+    if let Some(later) = calls.iter().find(|c| c.seq > at.seq) {
+        return format!("comes before its parent tool/call (seq {})", later.seq);
+    }
+    if let Some(other) = calls.iter().rev().find(|c| c.step != at.step) {
+        return format!(
+            "is in step {} but its parent tool/call (seq {}) is in step {}",
+            at.step, other.seq, other.step
+        );
+    }
+    if let Some(call) = calls.last() {
+        let answered = result_of(events, call.seq).map_or(0, |r| r.seq);
+        return format!(
+            "comes after its parent's tool/result (seq {answered}; the call is seq {})",
+            call.seq
+        );
+    }
+    "names no tool/call".to_string()
+}
+
+impl<'a> Pass<'a> {
+    /// The calls a step left open when the next step begins (or the log ends).
+    fn close_step(&mut self, events: &'a [SessionEvent]) -> Result<(), Violation> {
+        let Some((&call_seq, call)) = self.open.iter().next() else {
+            return Ok(());
+        };
+        if let Some(r) = result_of(events, call_seq) {
+            return Err(Violation::ResultInOtherStep {
+                seq: r.seq,
+                call_seq,
+                call_step: call.step,
+                step: r.step,
+            });
+        }
+        Err(Violation::MissingResult {
+            call_seq,
+            call_id: call.call_id.to_string(),
+            step: call.step,
+        })
+    }
+
+    fn event(&mut self, events: &'a [SessionEvent], index: usize) -> Result<(), Violation> {
+        let event = &events[index];
+        let expected = index as u64 + 1;
+        if event.seq != expected {
+            return Err(Violation::SeqOutOfOrder {
+                line: index + 1,
+                expected,
+                found: event.seq,
+            });
+        }
+        match self.step {
+            Some(previous) if event.step < previous => {
+                return Err(Violation::StepBackwards {
+                    seq: event.seq,
+                    step: event.step,
+                    previous,
+                });
+            }
+            Some(previous) if event.step == previous => {}
+            _ => {
+                self.close_step(events)?;
+                self.step = Some(event.step);
+                self.first_user = None;
+                self.report.steps += 1;
+            }
+        }
+        self.report.events += 1;
+        match &event.body {
+            EventBody::ToolCall(d) => {
+                self.report.calls += 1;
+                self.open.insert(
+                    event.seq,
+                    OpenCall {
+                        call_id: &d.call_id,
+                        step: event.step,
+                    },
+                );
+            }
+            EventBody::ToolResult {
+                data,
+                surface_op,
+                source_event_seqs,
+            } => self.result(events, event, &data.call_id, surface_op, source_event_seqs)?,
+            EventBody::CodeDispatch(d) => {
+                self.report.code_dispatches += 1;
+                if !self.open.values().any(|c| c.call_id == d.parent_call_id) {
+                    return Err(Violation::DispatchOutsideParent {
+                        seq: event.seq,
+                        parent_call_id: d.parent_call_id.clone(),
+                        reason: misplaced_dispatch(events, event, &d.parent_call_id),
+                    });
+                }
+            }
+            EventBody::UserMessage(_) => {
+                self.report.user_messages += 1;
+                self.first_user.get_or_insert(event.seq);
+            }
+        }
+        Ok(())
+    }
+
+    fn result(
+        &mut self,
+        events: &'a [SessionEvent],
+        event: &SessionEvent,
+        call_id: &str,
+        surface_op: &str,
+        sources: &[u64],
+    ) -> Result<(), Violation> {
+        let seq = event.seq;
+        if surface_op != SURFACE_APPEND {
+            return Err(Violation::SurfaceOp {
+                seq,
+                found: surface_op.to_string(),
+            });
+        }
+        let &[call_seq] = sources else {
+            return Err(Violation::SourceCount {
+                seq,
+                found: sources.to_vec(),
+            });
+        };
+        let named = usize::try_from(call_seq)
+            .ok()
+            .and_then(|s| s.checked_sub(1))
+            .and_then(|i| events.get(i))
+            .filter(|e| e.seq == call_seq);
+        let call = match named.map(|e| (e, &e.body)) {
+            Some((e, EventBody::ToolCall(d))) => (e, d),
+            _ => return Err(Violation::UnknownCall { seq, call_seq }),
+        };
+        if call_seq >= seq {
+            return Err(Violation::ResultBeforeCall { seq, call_seq });
+        }
+        if let Some(&first) = self.answered.get(&call_seq) {
+            return Err(Violation::DuplicateResult {
+                seq,
+                call_seq,
+                first,
+            });
+        }
+        if call.0.step != event.step {
+            return Err(Violation::ResultInOtherStep {
+                seq,
+                call_seq,
+                call_step: call.0.step,
+                step: event.step,
+            });
+        }
+        if call.1.call_id != call_id {
+            return Err(Violation::CallIdMismatch {
+                seq,
+                call_seq,
+                expected: call.1.call_id.clone(),
+                found: call_id.to_string(),
+            });
+        }
+        if let Some(user) = self.first_user {
+            return Err(Violation::UserMessageBeforeResult {
+                seq: user,
+                result_seq: seq,
+                step: event.step,
+            });
+        }
+        self.open.remove(&call_seq);
+        self.answered.insert(call_seq, seq);
+        Ok(())
+    }
+}
+
+/// Checks `events` (a whole log, in order) against every invariant of SPEC.md's log section.
+pub fn check(events: &[SessionEvent]) -> Result<CheckReport, Violation> {
+    let mut pass = Pass::default();
+    for index in 0..events.len() {
+        pass.event(events, index)?;
+    }
+    pass.close_step(events)?;
+    Ok(pass.report)
+}
+
+/// Checks the JSON Lines log at `path`: every line must be a whole event (a torn last line is
+/// a [`Violation::Parse`]; a last line lacking only its newline is accepted), then [`check`].
+/// An empty file is a valid, empty log.
+pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
+    let path = path.as_ref();
+    let unreadable = |e: std::io::Error| Violation::Unreadable {
+        reason: format!("{}: {e}", path.display()),
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut events = Vec::new();
+    for_each_line(
+        file,
+        |line| {
+            if line.bytes.iter().all(u8::is_ascii_whitespace) {
+                return Err(Violation::Parse {
+                    line: line.number,
+                    reason: "blank line".into(),
+                });
+            }
+            let event = serde_json::from_slice::<SessionEvent>(line.bytes).map_err(|e| {
+                Violation::Parse {
+                    line: line.number,
+                    reason: e.to_string(),
+                }
+            })?;
+            events.push(event);
+            Ok(())
+        },
+        unreadable,
+    )?;
+    check(&events)
+}

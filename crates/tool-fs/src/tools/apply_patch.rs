@@ -1,0 +1,333 @@
+//! `apply_patch`: a patch in Codex's format, all or nothing.
+//!
+//! Three phases: plan (parse, read every file, apply every hunk in memory), announce (every
+//! `fs/*-intent`, so the read-before-edit rule and the other handlers see the whole change
+//! before any of it happens), commit (atomic writes, then deletions). A failure while
+//! planning or announcing changes nothing; an I/O failure while committing rolls back what
+//! was already written.
+
+use super::edit_file::load_text;
+use super::write_file::inspect_target;
+use super::{APPLY_PATCH, announce, arg, blocking, failure, not_cancelled, permission_subjects};
+use crate::error::FsError;
+use crate::hash::ContentHash;
+use crate::intent::FsOp;
+use crate::patch::{self, FileOp};
+use crate::sandbox;
+use crate::toolset::Shared;
+use crate::workspace::Existing;
+use async_trait::async_trait;
+use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// `apply_patch(input)`.
+pub struct ApplyPatch {
+    shared: Arc<Shared>,
+}
+
+impl ApplyPatch {
+    pub(crate) fn new(shared: Arc<Shared>) -> ApplyPatch {
+        ApplyPatch { shared }
+    }
+}
+
+/// One change to make on disk, with what was there before (to roll back).
+struct Change {
+    rel: PathBuf,
+    shown: String,
+    /// The new bytes, or `None` to delete.
+    write: Option<Vec<u8>>,
+    /// The file's bytes before, or `None` when it did not exist.
+    before: Option<Vec<u8>>,
+}
+
+struct Plan {
+    intents: Vec<(FsOp, String, Option<ContentHash>)>,
+    changes: Vec<Change>,
+    summary: Vec<String>,
+}
+
+fn refuse(e: FsError) -> ToolFailure {
+    failure(e)
+}
+
+fn file_error(path: &str, message: impl Into<String>) -> ToolFailure {
+    refuse(FsError::PatchFile {
+        path: path.to_string(),
+        message: message.into(),
+    })
+}
+
+fn current_bytes(shared: &Shared, rel: &Path) -> Result<Option<Vec<u8>>, ToolFailure> {
+    match shared
+        .ws
+        .load(rel, shared.limits.max_file_bytes)
+        .map_err(failure)?
+    {
+        Existing::File(bytes) => Ok(Some(bytes)),
+        _ => Ok(None),
+    }
+}
+
+fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
+    let parsed = patch::parse(text).map_err(refuse)?;
+    let mut plan = Plan {
+        intents: Vec::new(),
+        changes: Vec::new(),
+        summary: Vec::new(),
+    };
+    let mut touched: Vec<String> = Vec::new();
+    let mut touch = |shown: &str| {
+        if touched.iter().any(|t| t == shown) {
+            return Err(file_error(
+                shown,
+                "the patch touches this file more than once; put all its changes in one section",
+            ));
+        }
+        touched.push(shown.to_string());
+        Ok(())
+    };
+    for op in &parsed.ops {
+        match op {
+            FileOp::Add { path, content } => {
+                let (rel, shown, current) = inspect_target(shared, path)?;
+                touch(&shown)?;
+                let before = current_bytes(shared, &rel)?;
+                let fs_op = if current.is_some() {
+                    FsOp::Overwrite
+                } else {
+                    FsOp::Create
+                };
+                plan.intents.push((fs_op, shown.clone(), current));
+                plan.summary.push(format!("A {shown}"));
+                plan.changes.push(Change {
+                    rel,
+                    shown,
+                    write: Some(content.clone().into_bytes()),
+                    before,
+                });
+            }
+            FileOp::Delete { path } => {
+                let rel = shared.ws.resolve(path).map_err(failure)?;
+                let shown = sandbox::display(&rel);
+                touch(&shown)?;
+                let bytes = match shared
+                    .ws
+                    .load(&rel, shared.limits.max_file_bytes)
+                    .map_err(failure)?
+                {
+                    Existing::File(bytes) => bytes,
+                    Existing::Missing => {
+                        return Err(file_error(&shown, "cannot delete: it does not exist"));
+                    }
+                    Existing::Dir => {
+                        return Err(file_error(&shown, "cannot delete: it is a directory"));
+                    }
+                    Existing::Special | Existing::TooLarge(_) => {
+                        return Err(file_error(
+                            &shown,
+                            "cannot delete: not a regular file within the size limit",
+                        ));
+                    }
+                };
+                plan.intents
+                    .push((FsOp::Delete, shown.clone(), Some(ContentHash::of(&bytes))));
+                plan.summary.push(format!("D {shown}"));
+                plan.changes.push(Change {
+                    rel,
+                    shown,
+                    write: None,
+                    before: Some(bytes),
+                });
+            }
+            FileOp::Update {
+                path,
+                move_to,
+                hunks,
+            } => {
+                let (rel, shown, text) = load_text(shared, path).map_err(|e| {
+                    ToolFailure::with_code(e.code, format!("cannot update: {}", e.message))
+                })?;
+                touch(&shown)?;
+                let updated = patch::apply_hunks(&shown, &text, hunks).map_err(refuse)?;
+                let current = Some(ContentHash::of(text.as_bytes()));
+                let target = match move_to {
+                    Some(to) => {
+                        let (to_rel, to_shown, to_current) = inspect_target(shared, to)?;
+                        (to_shown != shown).then_some((to_rel, to_shown, to_current))
+                    }
+                    None => None,
+                };
+                match target {
+                    None => {
+                        plan.intents.push((FsOp::Edit, shown.clone(), current));
+                        plan.summary.push(format!("M {shown}"));
+                        plan.changes.push(Change {
+                            rel,
+                            shown,
+                            write: Some(updated.into_bytes()),
+                            before: Some(text.into_bytes()),
+                        });
+                    }
+                    Some((to_rel, to_shown, to_current)) => {
+                        touch(&to_shown)?;
+                        let to_before = current_bytes(shared, &to_rel)?;
+                        let to_op = if to_current.is_some() {
+                            FsOp::Overwrite
+                        } else {
+                            FsOp::Create
+                        };
+                        plan.intents.push((FsOp::Edit, shown.clone(), current));
+                        plan.intents.push((to_op, to_shown.clone(), to_current));
+                        plan.summary.push(format!("R {shown} -> {to_shown}"));
+                        plan.changes.push(Change {
+                            rel: to_rel,
+                            shown: to_shown,
+                            write: Some(updated.into_bytes()),
+                            before: to_before,
+                        });
+                        plan.changes.push(Change {
+                            rel,
+                            shown,
+                            write: None,
+                            before: Some(text.into_bytes()),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // Writes before deletions: a move is never left with its source gone and no target.
+    plan.changes.sort_by_key(|c| c.write.is_none());
+    Ok(plan)
+}
+
+fn undo(shared: &Shared, done: &[Change]) {
+    for change in done.iter().rev() {
+        let restored = match &change.before {
+            Some(bytes) => shared.ws.write_atomic(&change.rel, bytes),
+            None => shared.ws.remove_file(&change.rel),
+        };
+        if let Err(e) = restored {
+            tracing::error!(path = %change.shown, error = %e, "apply_patch could not roll back a change");
+        }
+    }
+}
+
+fn commit(shared: &Shared, changes: &[Change]) -> Result<(), ToolFailure> {
+    for (i, change) in changes.iter().enumerate() {
+        let done = match &change.write {
+            Some(bytes) => shared.ws.write_atomic(&change.rel, bytes),
+            None => shared.ws.remove_file(&change.rel),
+        };
+        if let Err(e) = done {
+            undo(shared, &changes[..i]);
+            return Err(ToolFailure::new(format!(
+                "{e}; the changes already made by this patch were rolled back"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ToolDefinition for ApplyPatch {
+    fn name(&self) -> &str {
+        APPLY_PATCH
+    }
+
+    fn description(&self) -> &str {
+        "Applies a patch in this format (all or nothing):\n\
+         *** Begin Patch\n\
+         *** Add File: path/new.txt\n\
+         +each line of the new file\n\
+         *** Update File: path/old.txt\n\
+         *** Move to: path/renamed.txt   (optional)\n\
+         @@ a line near the change, such as a function header (optional)\n \
+         context line\n\
+         -removed line\n\
+         +added line\n\
+         *** Delete File: path/gone.txt\n\
+         *** End Patch\n\
+         Files updated, replaced or deleted must have been read first."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "input": {"type": "string", "description": "The whole patch, from `*** Begin Patch` to `*** End Patch`."}
+            },
+            "required": ["input"],
+            "additionalProperties": false
+        })
+    }
+
+    fn output_schema(&self) -> Option<Value> {
+        Some(json!({
+            "type": "object",
+            "properties": {"changes": {"type": "array", "items": {"type": "string"}}},
+            "required": ["changes"]
+        }))
+    }
+
+    fn timeout_ms(&self) -> Option<u64> {
+        Some(60_000)
+    }
+
+    fn permission_subjects(&self, input: &Value) -> Vec<String> {
+        permission_subjects(&self.shared, APPLY_PATCH, input)
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+        let text = arg(&input, "input").unwrap_or_default().to_string();
+        let shared = self.shared.clone();
+        let planned = blocking(move || plan(&shared, &text)).await.map_err(|e| {
+            ToolFailure::with_code(
+                e.code,
+                format!("apply_patch changed nothing: {}", e.message),
+            )
+        })?;
+        for (op, path, current) in &planned.intents {
+            announce(&self.shared, &ctx, APPLY_PATCH, *op, path, *current)
+                .await
+                .map_err(|e| {
+                    ToolFailure::with_code(
+                        e.code,
+                        format!("apply_patch changed nothing: {}", e.message),
+                    )
+                })?;
+        }
+        let Plan {
+            changes, summary, ..
+        } = planned;
+        let shared = self.shared.clone();
+        let signal = ctx.signal.clone();
+        let changes = blocking(move || {
+            not_cancelled(&signal)?;
+            commit(&shared, &changes)?;
+            Ok(changes)
+        })
+        .await?;
+        for change in &changes {
+            let hash = change.write.as_deref().map(ContentHash::of);
+            self.shared
+                .monitor
+                .record_write(&ctx.agent, &change.shown, hash);
+        }
+        Ok(json!({ "changes": summary }))
+    }
+
+    fn present(&self, value: &Value) -> Vec<ContentBlock> {
+        let changes: Vec<&str> = value["changes"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        vec![ContentBlock::text(format!(
+            "Applied the patch:\n{}",
+            changes.join("\n")
+        ))]
+    }
+}

@@ -1,0 +1,158 @@
+//! `edit_file`: replaces an exact string in a file.
+
+use super::{EDIT_FILE, announce, arg, blocking, failure, not_cancelled, permission_subjects};
+use crate::edit::apply_edit;
+use crate::hash::ContentHash;
+use crate::intent::FsOp;
+use crate::sandbox;
+use crate::toolset::Shared;
+use crate::workspace::Existing;
+use async_trait::async_trait;
+use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `edit_file(path, old_string, new_string, replace_all?)`.
+pub struct EditFile {
+    shared: Arc<Shared>,
+}
+
+impl EditFile {
+    pub(crate) fn new(shared: Arc<Shared>) -> EditFile {
+        EditFile { shared }
+    }
+}
+
+/// An existing text file about to be changed: its resolved path, shown form and text.
+pub(crate) fn load_text(
+    shared: &Shared,
+    path: &str,
+) -> Result<(PathBuf, String, String), ToolFailure> {
+    let rel = shared.ws.resolve(path).map_err(failure)?;
+    let shown = sandbox::display(&rel);
+    let bytes = match shared
+        .ws
+        .load(&rel, shared.limits.max_file_bytes)
+        .map_err(failure)?
+    {
+        Existing::File(bytes) => bytes,
+        Existing::Missing => {
+            return Err(ToolFailure::new(format!(
+                "`{shown}` does not exist; use write_file to create it"
+            )));
+        }
+        Existing::Dir => return Err(ToolFailure::new(format!("`{shown}` is a directory"))),
+        Existing::Special => {
+            return Err(ToolFailure::new(format!("`{shown}` is not a regular file")));
+        }
+        Existing::TooLarge(size) => {
+            return Err(ToolFailure::new(format!(
+                "`{shown}` is {size} bytes, over the {}-byte limit for edits",
+                shared.limits.max_file_bytes
+            )));
+        }
+    };
+    let text = String::from_utf8(bytes).map_err(|_| {
+        ToolFailure::new(format!(
+            "`{shown}` is not UTF-8 text; it cannot be edited as text"
+        ))
+    })?;
+    Ok((rel, shown, text))
+}
+
+#[async_trait]
+impl ToolDefinition for EditFile {
+    fn name(&self) -> &str {
+        EDIT_FILE
+    }
+
+    fn description(&self) -> &str {
+        "Replaces `old_string` by `new_string` in a file. `old_string` must occur exactly once \
+         (include surrounding lines to make it unique) unless `replace_all` is true. The file \
+         must have been read first. Line endings and a missing final newline are kept."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "The file, relative to the workspace root."},
+                "old_string": {"type": "string", "description": "The exact text to replace."},
+                "new_string": {"type": "string", "description": "What to put instead."},
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence."}
+            },
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": false
+        })
+    }
+
+    fn output_schema(&self) -> Option<Value> {
+        Some(json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "replacements": {"type": "integer", "minimum": 1}},
+            "required": ["path", "replacements"]
+        }))
+    }
+
+    fn timeout_ms(&self) -> Option<u64> {
+        Some(30_000)
+    }
+
+    fn permission_subjects(&self, input: &Value) -> Vec<String> {
+        permission_subjects(&self.shared, EDIT_FILE, input)
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+        let path = arg(&input, "path").unwrap_or_default().to_string();
+        let old = arg(&input, "old_string").unwrap_or_default().to_string();
+        let new = arg(&input, "new_string").unwrap_or_default().to_string();
+        let replace_all = input
+            .get("replace_all")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let shared = self.shared.clone();
+        let (rel, shown, text) = blocking(move || load_text(&shared, &path)).await?;
+        let current = ContentHash::of(text.as_bytes());
+        announce(
+            &self.shared,
+            &ctx,
+            EDIT_FILE,
+            FsOp::Edit,
+            &shown,
+            Some(current),
+        )
+        .await?;
+        let edited = apply_edit(&text, &old, &new, replace_all)
+            .map_err(|e| ToolFailure::new(format!("`{shown}`: {e}")))?;
+        let hash = ContentHash::of(edited.content.as_bytes());
+        let shared = self.shared.clone();
+        let signal = ctx.signal.clone();
+        let content = edited.content;
+        blocking(move || {
+            not_cancelled(&signal)?;
+            shared
+                .ws
+                .write_atomic(&rel, content.as_bytes())
+                .map_err(failure)
+        })
+        .await?;
+        self.shared
+            .monitor
+            .record_write(&ctx.agent, &shown, Some(hash));
+        Ok(json!({"path": shown, "replacements": edited.replacements}))
+    }
+
+    fn present(&self, value: &Value) -> Vec<ContentBlock> {
+        let path = value["path"].as_str().unwrap_or("?");
+        let n = value["replacements"].as_u64().unwrap_or(0);
+        let what = if n == 1 {
+            "1 occurrence".to_string()
+        } else {
+            format!("{n} occurrences")
+        };
+        vec![ContentBlock::text(format!(
+            "Edited `{path}`: replaced {what}."
+        ))]
+    }
+}

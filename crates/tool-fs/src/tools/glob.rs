@@ -1,0 +1,179 @@
+//! `glob`: files whose path matches a glob pattern, honouring `.gitignore`.
+
+use super::{GLOB, arg, blocking, failure, permission_subjects, plural};
+use crate::sandbox::{self, check_glob_pattern};
+use crate::toolset::Shared;
+use async_trait::async_trait;
+use dsh_core::tool::ExecutionMode;
+use dsh_core::{ContentBlock, Signal, ToolContext, ToolDefinition, ToolFailure};
+use globset::GlobBuilder;
+use ignore::WalkBuilder;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+
+/// `glob(pattern, path?)`.
+pub struct Glob {
+    shared: Arc<Shared>,
+}
+
+impl Glob {
+    pub(crate) fn new(shared: Arc<Shared>) -> Glob {
+        Glob { shared }
+    }
+}
+
+/// The walker both `glob` and `grep` use: ripgrep's rules (`.gitignore`, `.ignore`, hidden
+/// files skipped), also outside a git repository, symlinks not followed, `.git` never
+/// entered.
+pub(crate) fn walker(base: &Path, hidden: bool) -> WalkBuilder {
+    let mut builder = WalkBuilder::new(base);
+    builder
+        .hidden(!hidden)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(|e| e.file_name() != ".git");
+    builder
+}
+
+/// Whether a pattern names hidden files itself (`.github/**`, `**/.env`): then they are
+/// looked at.
+fn wants_hidden(pattern: &str) -> bool {
+    pattern
+        .split('/')
+        .any(|part| part.starts_with('.') && part != "." && part != "..")
+}
+
+/// Workspace-relative `/`-separated form of a path the walker found under `root`.
+pub(crate) fn relative_to(root: &Path, found: &Path) -> Option<String> {
+    found.strip_prefix(root).ok().map(sandbox::display)
+}
+
+fn run(shared: &Shared, pattern: &str, path: &str, signal: &Signal) -> Result<Value, ToolFailure> {
+    check_glob_pattern(pattern).map_err(failure)?;
+    let base = shared.ws.resolve(path).map_err(failure)?;
+    let matcher = GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| ToolFailure::new(format!("invalid glob pattern `{pattern}`: {e}")))?
+        .compile_matcher();
+    let root = shared.ws.root();
+    let abs_base = root.join(&base);
+    if !abs_base.is_dir() {
+        return Err(ToolFailure::new(format!(
+            "`{}` is not a directory of the workspace",
+            sandbox::display(&base)
+        )));
+    }
+    let mut found = Vec::new();
+    for (i, entry) in walker(&abs_base, wants_hidden(pattern)).build().enumerate() {
+        if i % 256 == 0 && signal.is_cancelled() {
+            return Err(ToolFailure::new("glob was cancelled"));
+        }
+        let Ok(entry) = entry else { continue };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(under_base) = entry.path().strip_prefix(&abs_base) else {
+            continue;
+        };
+        if matcher.is_match(under_base) {
+            if let Some(rel) = relative_to(root, entry.path()) {
+                found.push(rel);
+            }
+        }
+    }
+    found.sort();
+    let total = found.len();
+    found.truncate(shared.limits.max_paths);
+    // The walker lists folders by path; if one was swapped for a symlink out while it ran,
+    // the names it listed there fail this confined lookup and are not shown.
+    found.retain(|rel| shared.ws.dir().symlink_metadata(rel).is_ok());
+    Ok(json!({
+        "pattern": pattern,
+        "path": sandbox::display(&base),
+        "matches": found,
+        "total": total,
+    }))
+}
+
+#[async_trait]
+impl ToolDefinition for Glob {
+    fn name(&self) -> &str {
+        GLOB
+    }
+
+    fn description(&self) -> &str {
+        "Finds files whose path (relative to `path`, default the workspace root) matches a \
+         glob pattern such as `**/*.rs` or `src/*.{ts,tsx}`. `*` does not cross `/`; `**` \
+         does. Files ignored by .gitignore and hidden files are skipped unless the pattern \
+         names them. Results are sorted by path."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "A glob pattern, relative to `path`."},
+                "path": {"type": "string", "description": "The directory to search (default: the workspace root)."}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+
+    fn output_schema(&self) -> Option<Value> {
+        Some(json!({
+            "type": "object",
+            "properties": {"matches": {"type": "array", "items": {"type": "string"}}, "total": {"type": "integer"}},
+            "required": ["matches", "total"]
+        }))
+    }
+
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Parallel
+    }
+
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        true
+    }
+
+    fn timeout_ms(&self) -> Option<u64> {
+        Some(60_000)
+    }
+
+    fn permission_subjects(&self, input: &Value) -> Vec<String> {
+        permission_subjects(&self.shared, GLOB, input)
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+        let pattern = arg(&input, "pattern").unwrap_or_default().to_string();
+        let path = arg(&input, "path").unwrap_or(".").to_string();
+        let shared = self.shared.clone();
+        blocking(move || run(&shared, &pattern, &path, &ctx.signal)).await
+    }
+
+    fn present(&self, value: &Value) -> Vec<ContentBlock> {
+        let pattern = value["pattern"].as_str().unwrap_or("?");
+        let path = value["path"].as_str().unwrap_or(".");
+        let total = value["total"].as_u64().unwrap_or(0) as usize;
+        let matches: Vec<&str> = value["matches"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if total == 0 {
+            return vec![ContentBlock::text(format!(
+                "No files match `{pattern}` under `{path}`."
+            ))];
+        }
+        let mut out = format!("{} match `{pattern}`\n", plural(total, "file"));
+        out.push_str(&matches.join("\n"));
+        if matches.len() < total {
+            out.push_str(&format!(
+                "\n[truncated: showing the first {} of {total} paths; narrow the pattern or the path]",
+                matches.len()
+            ));
+        }
+        vec![ContentBlock::text(out)]
+    }
+}

@@ -1,0 +1,139 @@
+//! `write_file`: creates or replaces a whole file, atomically.
+
+use super::{WRITE_FILE, announce, arg, blocking, failure, not_cancelled, permission_subjects};
+use crate::hash::ContentHash;
+use crate::intent::FsOp;
+use crate::sandbox;
+use crate::toolset::Shared;
+use crate::workspace::Existing;
+use async_trait::async_trait;
+use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `write_file(path, content)`.
+pub struct WriteFile {
+    shared: Arc<Shared>,
+}
+
+impl WriteFile {
+    pub(crate) fn new(shared: Arc<Shared>) -> WriteFile {
+        WriteFile { shared }
+    }
+}
+
+/// What is at a path about to be written: its resolved form, and the current file's hash.
+pub(crate) fn inspect_target(
+    shared: &Shared,
+    path: &str,
+) -> Result<(PathBuf, String, Option<ContentHash>), ToolFailure> {
+    let rel = shared.ws.resolve(path).map_err(failure)?;
+    let shown = sandbox::display(&rel);
+    let current = match shared
+        .ws
+        .load(&rel, shared.limits.max_file_bytes)
+        .map_err(failure)?
+    {
+        Existing::Missing => None,
+        Existing::File(bytes) => Some(ContentHash::of(&bytes)),
+        Existing::Dir => {
+            return Err(ToolFailure::new(format!(
+                "`{shown}` is a directory; give the path of a file"
+            )));
+        }
+        Existing::Special => {
+            return Err(ToolFailure::new(format!(
+                "`{shown}` is not a regular file (a FIFO, socket or device); it is not replaced"
+            )));
+        }
+        Existing::TooLarge(size) => {
+            return Err(ToolFailure::new(format!(
+                "`{shown}` is {size} bytes, over the {}-byte limit; it is not replaced",
+                shared.limits.max_file_bytes
+            )));
+        }
+    };
+    Ok((rel, shown, current))
+}
+
+#[async_trait]
+impl ToolDefinition for WriteFile {
+    fn name(&self) -> &str {
+        WRITE_FILE
+    }
+
+    fn description(&self) -> &str {
+        "Writes a whole file: creates it (and its missing folders) or replaces it. Replacing \
+         an existing file requires having read it first. The content is written exactly as \
+         given. Prefer edit_file or apply_patch to change part of a file."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "The file, relative to the workspace root."},
+                "content": {"type": "string", "description": "The whole new content."}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
+    }
+
+    fn output_schema(&self) -> Option<Value> {
+        Some(json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "created": {"type": "boolean"}, "bytes": {"type": "integer"}},
+            "required": ["path", "created", "bytes"]
+        }))
+    }
+
+    fn timeout_ms(&self) -> Option<u64> {
+        Some(30_000)
+    }
+
+    fn permission_subjects(&self, input: &Value) -> Vec<String> {
+        permission_subjects(&self.shared, WRITE_FILE, input)
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+        let path = arg(&input, "path").unwrap_or_default().to_string();
+        let content = arg(&input, "content").unwrap_or_default().to_string();
+        let shared = self.shared.clone();
+        let (rel, shown, current) = blocking(move || inspect_target(&shared, &path)).await?;
+        let op = if current.is_some() {
+            FsOp::Overwrite
+        } else {
+            FsOp::Create
+        };
+        announce(&self.shared, &ctx, WRITE_FILE, op, &shown, current).await?;
+        let shared = self.shared.clone();
+        let signal = ctx.signal.clone();
+        let bytes = content.into_bytes();
+        let hash = ContentHash::of(&bytes);
+        let size = bytes.len();
+        blocking(move || {
+            not_cancelled(&signal)?;
+            shared.ws.write_atomic(&rel, &bytes).map_err(failure)
+        })
+        .await?;
+        self.shared
+            .monitor
+            .record_write(&ctx.agent, &shown, Some(hash));
+        Ok(json!({"path": shown, "created": current.is_none(), "bytes": size}))
+    }
+
+    fn present(&self, value: &Value) -> Vec<ContentBlock> {
+        let path = value["path"].as_str().unwrap_or("?");
+        let verb = if value["created"].as_bool() == Some(true) {
+            "Created"
+        } else {
+            "Overwrote"
+        };
+        vec![ContentBlock::text(format!(
+            "{verb} `{path}` ({} bytes).",
+            value["bytes"]
+        ))]
+    }
+}

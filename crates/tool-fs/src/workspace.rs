@@ -1,0 +1,261 @@
+//! The workspace: its root, and every file operation the tools make, through a `cap-std`
+//! directory handle so that no open can leave the root, whatever happens on disk between
+//! the resolver's check and the open.
+//!
+//! Every method here blocks: call them from `spawn_blocking`.
+
+use crate::error::{Denial, FsError};
+use crate::sandbox;
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt, Permissions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What is at a path, as far as the file tools care.
+#[derive(Debug)]
+pub enum Existing {
+    /// Nothing.
+    Missing,
+    /// A regular file and its bytes.
+    File(Vec<u8>),
+    /// A regular file over the size limit; its size.
+    TooLarge(u64),
+    /// A directory.
+    Dir,
+    /// A FIFO, socket or device: never opened for reading.
+    Special,
+}
+
+/// The workspace root, opened once.
+///
+/// ```
+/// use dsh_tool_fs::{Existing, Workspace};
+/// let dir = tempfile::tempdir().unwrap();
+/// let ws = Workspace::open(dir.path()).unwrap();
+/// let rel = ws.resolve("notes/a.txt").unwrap();
+/// ws.write_atomic(&rel, b"hi\n").unwrap();
+/// assert!(matches!(ws.load(&rel, 1024).unwrap(), Existing::File(b) if b == b"hi\n"));
+/// assert!(ws.resolve("../escape").is_err());
+/// ```
+#[derive(Debug)]
+pub struct Workspace {
+    root: PathBuf,
+    given: PathBuf,
+    dir: Dir,
+}
+
+/// A unique suffix for temporary files, so concurrent writers never share one.
+fn temp_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Turns `cap-std`'s refusal of an escaping path into a denial; other errors stay I/O errors.
+fn classify(what: &'static str, path: &Path, e: io::Error) -> FsError {
+    let shown = sandbox::display(path);
+    if e.kind() == io::ErrorKind::PermissionDenied
+        && e.to_string().contains("outside of the filesystem")
+    {
+        return FsError::denied(
+            &shown,
+            Denial::SymlinkOutside {
+                link: shown.clone(),
+            },
+        );
+    }
+    FsError::io(what, &shown, e)
+}
+
+/// `.` for the root itself, since `cap-std` wants a non-empty relative path.
+fn or_dot(rel: &Path) -> &Path {
+    if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    }
+}
+
+impl Workspace {
+    /// Opens the root (which must be an existing directory).
+    pub fn open(root: impl AsRef<Path>) -> Result<Workspace, FsError> {
+        let given = root.as_ref().to_path_buf();
+        let err = |source| FsError::Root {
+            path: given.display().to_string(),
+            source,
+        };
+        let canonical = std::fs::canonicalize(&given).map_err(err)?;
+        let dir = Dir::open_ambient_dir(&canonical, ambient_authority()).map_err(err)?;
+        Ok(Workspace {
+            root: canonical,
+            given,
+            dir,
+        })
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The root's directory handle: every open below it is confined.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Resolves a path the model gave ([`sandbox::resolve`]); an absolute path under the root
+    /// as it was given (not canonical) is accepted too.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, FsError> {
+        let under_given = if self.given == self.root {
+            None
+        } else {
+            Path::new(path)
+                .strip_prefix(&self.given)
+                .ok()
+                .and_then(Path::to_str)
+        };
+        match under_given {
+            Some(rest) => {
+                let rest = if rest.is_empty() { "." } else { rest };
+                sandbox::resolve(&self.root, rest).map_err(|e| match e {
+                    FsError::PathDenied { why, .. } => FsError::denied(path, why),
+                    other => other,
+                })
+            }
+            None => sandbox::resolve(&self.root, path),
+        }
+    }
+
+    /// What is at `rel`, reading a regular file's bytes when it is at most `max_bytes` long.
+    /// FIFOs and devices are recognised without blocking on them.
+    pub fn load(&self, rel: &Path, max_bytes: u64) -> Result<Existing, FsError> {
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+        let mut file = match self.dir.open_with(or_dot(rel), &options) {
+            Ok(f) => f,
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                return Ok(Existing::Missing);
+            }
+            Err(e) => return Err(classify("opening", rel, e)),
+        };
+        let meta = file.metadata().map_err(|e| classify("reading", rel, e))?;
+        if meta.is_dir() {
+            return Ok(Existing::Dir);
+        }
+        if !meta.is_file() {
+            return Ok(Existing::Special);
+        }
+        if meta.len() > max_bytes {
+            return Ok(Existing::TooLarge(meta.len()));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        (&mut file)
+            .take(max_bytes + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| classify("reading", rel, e))?;
+        if bytes.len() as u64 > max_bytes {
+            return Ok(Existing::TooLarge(bytes.len() as u64));
+        }
+        Ok(Existing::File(bytes))
+    }
+
+    /// Opens a directory below the root.
+    pub fn open_dir(&self, rel: &Path) -> Result<Dir, FsError> {
+        self.dir
+            .open_dir(or_dot(rel))
+            .map_err(|e| classify("opening the directory", rel, e))
+    }
+
+    /// Writes `bytes` to `rel` atomically: a temporary file in the same directory, fsync,
+    /// rename over the target, fsync of the directory. An existing file's permissions are
+    /// kept. Missing parent directories are created. A crash leaves either the old file or
+    /// the new one, never a mix (at worst a stray `.NAME.dsh-*.tmp` beside it).
+    pub fn write_atomic(&self, rel: &Path, bytes: &[u8]) -> Result<(), FsError> {
+        let (parent, name) = split(rel)?;
+        if !parent.as_os_str().is_empty() {
+            self.dir.create_dir_all(parent).map_err(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists
+                    || e.raw_os_error() == Some(libc::ENOTDIR)
+                {
+                    FsError::io(
+                        "writing",
+                        &sandbox::display(rel),
+                        io::Error::other("one of its parent folders is a file"),
+                    )
+                } else {
+                    classify("creating the folders of", rel, e)
+                }
+            })?;
+        }
+        let pdir = self.open_dir(parent)?;
+        let keep: Option<Permissions> = match pdir.symlink_metadata(name) {
+            Ok(m) if m.is_dir() => {
+                return Err(FsError::io(
+                    "writing",
+                    &sandbox::display(rel),
+                    io::Error::other("it is a directory"),
+                ));
+            }
+            Ok(m) if m.is_file() => Some(m.permissions()),
+            _ => None,
+        };
+        let stem: String = name.to_string_lossy().chars().take(100).collect();
+        let temp = format!(".{stem}.dsh-{}.tmp", temp_suffix());
+        let written = (|| -> io::Result<()> {
+            let mut options = OpenOptions::new();
+            options.write(true).create_new(true);
+            let mut file = pdir.open_with(&temp, &options)?;
+            file.write_all(bytes)?;
+            if let Some(permissions) = keep {
+                file.set_permissions(permissions)?;
+            }
+            file.sync_all()?;
+            drop(file);
+            pdir.rename(&temp, &pdir, name)
+        })();
+        if let Err(e) = written {
+            let _ = pdir.remove_file(&temp);
+            return Err(classify("writing", rel, e));
+        }
+        sync_dir(pdir);
+        Ok(())
+    }
+
+    /// Removes a file (durably).
+    pub fn remove_file(&self, rel: &Path) -> Result<(), FsError> {
+        let (parent, name) = split(rel)?;
+        let pdir = self.open_dir(parent)?;
+        pdir.remove_file(name)
+            .map_err(|e| classify("deleting", rel, e))?;
+        sync_dir(pdir);
+        Ok(())
+    }
+}
+
+/// Makes a rename or unlink in `dir` durable. A failure here cannot undo the change, so it
+/// is logged, not reported.
+fn sync_dir(dir: Dir) {
+    if let Err(e) = dir.into_std_file().sync_all() {
+        tracing::warn!(error = %e, "fsync of a directory failed");
+    }
+}
+
+fn split(rel: &Path) -> Result<(&Path, &std::ffi::OsStr), FsError> {
+    match (rel.parent(), rel.file_name()) {
+        (Some(parent), Some(name)) => Ok((parent, name)),
+        _ => Err(FsError::io(
+            "writing",
+            &sandbox::display(rel),
+            io::Error::other("it is the workspace root, a directory"),
+        )),
+    }
+}
