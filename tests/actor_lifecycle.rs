@@ -47,7 +47,7 @@ async fn live_actors_return_to_their_starting_count_after_100k_calls() {
         let out = session.run_step(StepRequest::new(calls)).await.unwrap();
         assert_eq!(out.results.len(), 10);
         calls_done += 10;
-        if step_no % 1000 == 0 {
+        if step_no.is_multiple_of(1000) {
             // Cancelled steps must not leak actors either.
             let started = probe.started.load(std::sync::atomic::Ordering::SeqCst);
             let s = session.clone();

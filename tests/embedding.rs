@@ -178,7 +178,8 @@ async fn a_thousand_sessions_run_side_by_side_and_one_failing_touches_no_other()
             s.run_step(StepRequest::new(calls)).await
         }));
     }
-    while probe.started.load(Ordering::SeqCst) == 0 {
+    // Wait for session 0's own call to be running (other sessions' calls do not count).
+    while !probe.seen.lock().unwrap().contains_key("slow") {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     sessions[1].actor_cell().kill();
@@ -205,5 +206,102 @@ async fn a_thousand_sessions_run_side_by_side_and_one_failing_touches_no_other()
     for s in &sessions {
         s.shutdown().await;
     }
+    harness.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_session_comes_back_from_its_log() {
+    use dsh::scheduler::{HarnessBuilder, SessionStore};
+    use dsh::session::Durability;
+    let dir = tempfile::tempdir().unwrap();
+    let heard: Heard = Arc::default();
+    let (host, _) = Actor::spawn(None, Host, heard.clone()).await.unwrap();
+    let probe = Arc::new(Probe::default());
+    let harness = HarnessBuilder::new(probe_registry(&probe))
+        .store(SessionStore::Directory {
+            root: dir.path().to_path_buf(),
+            durability: Durability::Batch,
+        })
+        .build()
+        .await
+        .unwrap();
+
+    let first = harness
+        .open_session("alpha", SchedulerConfig::default(), Some(host.get_cell()))
+        .await
+        .unwrap();
+    assert_eq!(first.recovery.next_step, 1);
+    let session = first.session;
+    session
+        .run_step(StepRequest::new(vec![call("a", "par", json!({}))]))
+        .await
+        .unwrap();
+    // A step is in flight when the session dies.
+    let s = session.clone();
+    let in_flight = tokio::spawn(async move {
+        s.run_step(StepRequest::new(vec![call(
+            "stuck",
+            "par",
+            json!({"sleep_ms": 60_000}),
+        )]))
+        .await
+    });
+    while probe.started.load(Ordering::SeqCst) < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    session.actor_cell().kill();
+    assert!(heard_about(&heard, session.actor_cell().get_id(), "terminated").await);
+    assert!(
+        in_flight.await.unwrap().is_err(),
+        "the dead session cannot answer"
+    );
+
+    // The service opens it again. The old writer may take a moment to let go of the log.
+    let mut reopened = None;
+    for _ in 0..400 {
+        match harness
+            .open_session("alpha", SchedulerConfig::default(), Some(host.get_cell()))
+            .await
+        {
+            Ok(s) => {
+                reopened = Some(s);
+                break;
+            }
+            Err(dsh::scheduler::SchedulerError::Log(dsh::session::SessionError::InUse(_))) => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("reopen failed: {e}"),
+        }
+    }
+    let again = reopened.expect("the log stayed locked");
+    assert_eq!(
+        again.recovery.closed_calls,
+        ["stuck"],
+        "the in-flight call was closed"
+    );
+    assert_eq!(again.recovery.next_step, 3);
+    let out = again
+        .session
+        .run_step(StepRequest::new(vec![call("b", "par", json!({}))]))
+        .await
+        .unwrap();
+    assert_eq!(out.step, 3, "the next step continues the log");
+    again.session.shutdown().await;
+
+    let path = dir.path().join("alpha.jsonl");
+    let report = dsh::session::check::check_file(&path);
+    assert!(report.is_ok(), "{report:?}");
+    let transcript = dsh::session::replay::replay_file(&path).unwrap();
+    let stuck = &transcript.steps[1].results[0];
+    assert_eq!(stuck.error.as_ref().unwrap().code.as_str(), "ABORTED");
+    assert_eq!(transcript.steps.len(), 3);
+
+    assert!(matches!(
+        harness
+            .open_session("../escape", SchedulerConfig::default(), None)
+            .await,
+        Err(dsh::scheduler::SchedulerError::InvalidSessionId(_))
+    ));
+    host.stop(None);
     harness.shutdown().await;
 }

@@ -164,7 +164,7 @@ async fn cancelling_the_parent_cancels_its_running_sub_calls() {
     let probe = Arc::new(Probe::default());
     let registry = probe_registry(&probe);
     registry.register(Batch).unwrap();
-    let (harness, session, _log) = open(registry, Hooks::new(), SchedulerConfig::default()).await;
+    let (harness, session, log) = open(registry, Hooks::new(), SchedulerConfig::default()).await;
     let s = session.clone();
     let step = tokio::spawn(async move {
         s.run_step(StepRequest::new(vec![call(
@@ -193,6 +193,20 @@ async fn cancelling_the_parent_cancels_its_running_sub_calls() {
         sub_signal.is_cancelled(),
         "the sub-call's signal fired with its parent's"
     );
+    // The cancelled sub-call is on record, as ABORTED, before its parent's result.
+    let events = log.snapshot().await.unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| e.body.type_str()).collect();
+    assert_eq!(kinds, ["tool/call", "tool/code-dispatch", "tool/result"]);
+    match &events[1].body {
+        EventBody::CodeDispatch(d) => {
+            assert_eq!(d.error.as_ref().unwrap().code.as_str(), "ABORTED")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(dsh::session::check::check(&events).is_ok());
+    // Even long after, the abandoned sub-call adds nothing.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(log.snapshot().await.unwrap().len(), 3);
     session.shutdown().await;
     harness.shutdown().await;
 }

@@ -113,7 +113,7 @@ fn generate_tree(root: &Path) -> std::io::Result<u64> {
             let dir = root.join(format!("crate{top:02}/src/mod{sub:02}"));
             std::fs::create_dir_all(&dir)?;
             for file in 0..4 {
-                let with_hit = rng.next() % 10 == 0;
+                let with_hit = rng.next().is_multiple_of(10);
                 let text = source_file(&mut rng, 26_000, with_hit);
                 total += text.len() as u64;
                 std::fs::write(dir.join(format!("file{file}.rs")), text)?;

@@ -3,6 +3,7 @@
 //! `-- --list` lists the names; `-- all` runs every one marked for the default run.
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
+mod code_bench;
 mod fs_bench;
 mod pipeline_bench;
 mod report;
@@ -19,10 +20,11 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 3] = [
+    let lists: [&'static [Bench]; 4] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
+        code_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }

@@ -418,7 +418,7 @@ fn soak() {
                         1 => json!("not an object"),
                         _ => json!({}),
                     };
-                    let name = if (step + i) % 13 == 0 {
+                    let name = if (step + i).is_multiple_of(13) {
                         "missing"
                     } else {
                         "noop"

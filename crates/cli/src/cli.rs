@@ -110,6 +110,17 @@ pub struct PipelineOptions {
     /// The deadline of a tool that does not set its own, in milliseconds.
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub timeout_ms: u64,
+    /// MCP servers to start, in the shape other harnesses use:
+    /// `{"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}}` (stdio
+    /// servers; `timeout` in milliseconds; `cwd` defaults to the workspace). Their tools are
+    /// called `mcp__NAME__TOOL` and go through the same policy, hooks and log as the others.
+    #[arg(long, value_name = "FILE")]
+    pub mcp: Option<PathBuf>,
+    /// Command hooks in Claude Code's settings shape: `{"hooks": {"PreToolUse": [...],
+    /// "PostToolUse": [...]}}`, so an existing `.claude/settings.json` works as it is. They
+    /// run with `sh -c` in the workspace; matchers see dsh's tool names.
+    #[arg(long, value_name = "FILE")]
+    pub hooks: Option<PathBuf>,
 }
 
 /// `dsh replay`.

@@ -1,13 +1,16 @@
-//! The pipeline `run` drives: the file tools confined to the workspace, the sandbox first,
-//! then the permission rules, approval, and the around-wrappers; one session on the log.
+//! The pipeline `run` drives: the file tools confined to the workspace (and the tools of
+//! `--mcp` servers), the sandbox first, then the `--hooks` command hooks, the permission
+//! rules, approval, and the around-wrappers; one session on the log.
 
 use crate::approve;
 use crate::cli::PipelineOptions;
 use crate::error::CliError;
 use crate::output::note;
+use dsh_command_hooks::{CommandHooks, HookSettings};
 use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
 use dsh_core::{Hooks, ToolRegistry};
 use dsh_guards::PermissionRules;
+use dsh_mcp::{McpServers, McpToolSource};
 use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
 use dsh_session::SessionLog;
 use dsh_tool_fs::FsToolset;
@@ -22,6 +25,8 @@ pub struct Running {
     pub session: Session,
     /// The file tools (their fs-intent monitor is stopped last).
     pub toolset: FsToolset,
+    /// The `--mcp` servers, stopped after the session.
+    pub mcp: Option<McpToolSource>,
     /// The log's path, for messages.
     pub log_path: PathBuf,
 }
@@ -31,8 +36,15 @@ impl Running {
     pub async fn shutdown(self) {
         self.session.shutdown().await;
         self.harness.shutdown().await;
-        self.toolset.shutdown().await;
+        stop_tools(&self.toolset, self.mcp.as_ref()).await;
     }
+}
+
+async fn stop_tools(toolset: &FsToolset, mcp: Option<&McpToolSource>) {
+    if let Some(mcp) = mcp {
+        mcp.shutdown().await;
+    }
+    toolset.shutdown().await;
 }
 
 fn workspace_dir(workspace: &Path) -> Result<PathBuf, CliError> {
@@ -56,6 +68,31 @@ fn permission_rules(file: &Path, root: &Path) -> Result<PermissionRules, CliErro
         .map_err(|e| CliError::Usage(format!("policy file {}: {e}", file.display())))
 }
 
+fn command_hooks(file: &Path, root: &Path, log_path: &Path) -> Result<CommandHooks, CliError> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| CliError::io("read the hooks file", file, e))?;
+    let settings = HookSettings::from_json(&text)
+        .map_err(|e| CliError::Usage(format!("hooks file {}: {e}", file.display())))?;
+    // Hooks get the log as `transcript_path`, and its name as a `session_id` that stays the
+    // same when a later run continues the log.
+    let log = std::path::absolute(log_path).unwrap_or_else(|_| log_path.to_path_buf());
+    let session_id = log
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "dsh".into());
+    Ok(CommandHooks::new(settings, root)
+        .with_session_id(session_id)
+        .with_transcript_path(log))
+}
+
+fn mcp_servers(file: &Path, root: &Path) -> Result<McpServers, CliError> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| CliError::io("read the MCP config", file, e))?;
+    McpServers::from_json(&text)
+        .map(|servers| servers.with_default_cwd(root))
+        .map_err(|e| CliError::Usage(format!("MCP config {}: {e}", file.display())))
+}
+
 /// Builds the pipeline and opens (recovering, if it exists) the log.
 pub async fn start(
     workspace: &Path,
@@ -66,6 +103,14 @@ pub async fn start(
     let root = workspace_dir(workspace)?;
     let rules = match &options.policy {
         Some(file) => Some(permission_rules(file, &root)?),
+        None => None,
+    };
+    let command_hooks = match &options.hooks {
+        Some(file) => Some(command_hooks(file, &root, log_path)?),
+        None => None,
+    };
+    let servers = match &options.mcp {
+        Some(file) => Some(mcp_servers(file, &root)?),
         None => None,
     };
 
@@ -79,10 +124,33 @@ pub async fn start(
         toolset.shutdown().await;
         return Err(CliError::Start(format!("registering the file tools: {e}")));
     }
+    // Code mode: its sub-calls pass the same sandbox, hooks, rules, approval and wrappers.
+    let limits = dsh_code_mode::CodeLimits {
+        timeout: std::time::Duration::from_millis(options.timeout_ms),
+        ..Default::default()
+    };
+    if let Err(e) = registry.register(dsh_code_mode::RunCode::new(limits)) {
+        toolset.shutdown().await;
+        return Err(CliError::Start(format!("registering run_code: {e}")));
+    }
+    let mcp = match servers {
+        Some(servers) => match start_mcp(servers, &registry).await {
+            Ok(source) => Some(source),
+            Err(e) => {
+                toolset.shutdown().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
 
     let mut hooks = Hooks::new();
     // The sandbox runs first: nothing outside the workspace is even put to the rules.
     hooks.pre_execute_arc(toolset.sandbox());
+    // Command hooks before the rules, so that an input a hook rewrites is what the rules see.
+    if let Some(command_hooks) = &command_hooks {
+        command_hooks.install(&mut hooks);
+    }
     if let Some(rules) = rules {
         hooks.pre_execute(rules);
     }
@@ -98,7 +166,7 @@ pub async fn start(
     {
         Ok(h) => h,
         Err(e) => {
-            toolset.shutdown().await;
+            stop_tools(&toolset, mcp.as_ref()).await;
             return Err(CliError::Start(e.to_string()));
         }
     };
@@ -108,7 +176,7 @@ pub async fn start(
             Ok(pair) => pair,
             Err(e) => {
                 harness.shutdown().await;
-                toolset.shutdown().await;
+                stop_tools(&toolset, mcp.as_ref()).await;
                 return Err(CliError::log(log_path, e));
             }
         };
@@ -154,7 +222,7 @@ pub async fn start(
         Err(e) => {
             let _ = log.close().await;
             harness.shutdown().await;
-            toolset.shutdown().await;
+            stop_tools(&toolset, mcp.as_ref()).await;
             return Err(CliError::Start(e.to_string()));
         }
     };
@@ -162,6 +230,41 @@ pub async fn start(
         harness,
         session,
         toolset,
+        mcp,
         log_path: log_path.to_path_buf(),
     })
+}
+
+/// Starts the `--mcp` servers and registers their tools.
+async fn start_mcp(
+    servers: McpServers,
+    registry: &ToolRegistry,
+) -> Result<McpToolSource, CliError> {
+    let count = servers.len();
+    let source = McpToolSource::start(servers)
+        .await
+        .map_err(|e| CliError::Start(e.to_string()))?;
+    match source.register(registry) {
+        Ok(names) => {
+            const SHOWN: usize = 30;
+            let mut listed = names
+                .iter()
+                .take(SHOWN)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if names.len() > SHOWN {
+                listed.push_str(&format!(" and {} more", names.len() - SHOWN));
+            }
+            note(format!(
+                "{} MCP tool(s) from {count} server(s): {listed}",
+                names.len()
+            ));
+            Ok(source)
+        }
+        Err(e) => {
+            source.shutdown().await;
+            Err(CliError::Start(e.to_string()))
+        }
+    }
 }

@@ -14,6 +14,7 @@
 
 use crate::pipeline::candidate::Candidate;
 use crate::pipeline::{CallTrack, Pipeline};
+use crate::subcall::SubCalls;
 use crate::telemetry;
 use dsh_core::live::LiveActor;
 use dsh_core::{ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
@@ -49,7 +50,7 @@ pub(crate) struct CallArgs {
     pub recorded: SharedAck,
     pub track: Arc<CallTrack>,
     pub reply: oneshot::Sender<CallOutcome>,
-    pub dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+    pub subcalls: Arc<SubCalls>,
     pub span: tracing::Span,
 }
 
@@ -61,6 +62,7 @@ pub(crate) struct CallState {
     track: Arc<CallTrack>,
     reply: Option<oneshot::Sender<CallOutcome>>,
     run: Option<tokio::task::JoinHandle<()>>,
+    subcalls: Arc<SubCalls>,
     span: tracing::Span,
     _live: LiveActor,
 }
@@ -99,6 +101,11 @@ impl CallState {
             return;
         };
         let contexts = std::mem::take(&mut candidate.contexts);
+        let reason = self.input.signal.reason().map_or_else(
+            || "the parent call ended first".to_string(),
+            |r| r.to_string(),
+        );
+        self.subcalls.close(&reason);
         let result =
             self.pipeline
                 .complete(&self.input.call_id, &self.input.name, candidate, finalize);
@@ -123,9 +130,10 @@ impl Actor for CallLifecycle {
             recorded,
             track,
             reply,
-            dispatcher,
+            subcalls,
             span,
         } = args;
+        let dispatcher: Option<Arc<dyn SubCallDispatcher>> = Some(subcalls.clone());
         let run = {
             let pipeline = pipeline.clone();
             let input = input.clone();
@@ -153,6 +161,7 @@ impl Actor for CallLifecycle {
             track,
             reply: Some(reply),
             run: Some(run),
+            subcalls,
             span,
             _live: LiveActor::new(),
         })

@@ -24,4 +24,11 @@ pub enum SchedulerError {
     /// Starting the session failed.
     #[error("could not start the session: {0}")]
     Spawn(String),
+    /// A session id that cannot name a log (use 1-128 of `[A-Za-z0-9_.-]`, not starting with
+    /// a dot).
+    #[error("invalid session id `{0}`: use 1-128 of [A-Za-z0-9_.-], not starting with a dot")]
+    InvalidSessionId(String),
+    /// Opening or recovering the session's log failed.
+    #[error("the session log could not be opened: {0}")]
+    Log(SessionError),
 }

@@ -574,13 +574,13 @@ fn start_call(
         recorded: recorded.clone(),
         track: track.clone(),
         reply,
-        dispatcher: Some(Arc::new(SubCalls::new(
+        subcalls: Arc::new(SubCalls::new(
             pipeline.clone(),
             log.clone(),
             step,
             slot.call.call_id.clone(),
             cap,
-        ))),
+        )),
         span: telemetry::call_span(
             &slot.call.name,
             &slot.call.call_id,

@@ -7,12 +7,46 @@ use crate::scheduler::{Scheduler, SchedulerArgs, SchedulerConfig, SchedulerMsg};
 use crate::step::{CancelTarget, StepOutcome, StepRequest};
 use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
 use dsh_guards::GuardSet;
-use dsh_session::SessionLog;
+use dsh_session::{Durability, Recovery, SessionLog};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef};
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Where a harness keeps its sessions' logs, so a session can be opened again by id.
+#[derive(Debug, Clone, Default)]
+pub enum SessionStore {
+    /// In memory: a session opened again starts afresh (tests, ephemeral agents).
+    #[default]
+    Memory,
+    /// One JSON Lines log per session, `ROOT/<id>.jsonl`, recovered when opened again.
+    Directory {
+        /// The folder holding the logs.
+        root: PathBuf,
+        /// How durable an append is before it is acknowledged.
+        durability: Durability,
+    },
+}
+
+/// A session opened by id, with what its log's recovery found.
+#[derive(Debug)]
+pub struct OpenedSession {
+    /// The session.
+    pub session: Session,
+    /// What recovery did (all zeros for a new session).
+    pub recovery: Recovery,
+}
+
+fn valid_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
 
 /// Builds a [`Harness`].
 pub struct HarnessBuilder {
@@ -21,6 +55,7 @@ pub struct HarnessBuilder {
     guards: Option<GuardSet>,
     approval: Option<Arc<dyn ApprovalResponder>>,
     config: PipelineConfig,
+    store: SessionStore,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -41,7 +76,14 @@ impl HarnessBuilder {
             guards: None,
             approval: None,
             config: PipelineConfig::default(),
+            store: SessionStore::Memory,
         }
+    }
+
+    /// Where sessions opened by id keep their logs (by default in memory).
+    pub fn store(mut self, store: SessionStore) -> Self {
+        self.store = store;
+        self
     }
 
     /// The hook handlers.
@@ -84,6 +126,7 @@ impl HarnessBuilder {
                 self.approval,
                 self.config,
             )),
+            store: self.store,
         })
     }
 }
@@ -114,6 +157,7 @@ impl HarnessBuilder {
 #[derive(Clone, Debug)]
 pub struct Harness {
     pipeline: Arc<Pipeline>,
+    store: SessionStore,
 }
 
 impl Harness {
@@ -144,6 +188,47 @@ impl Harness {
         // writer still appending to the same log.
         log.actor_cell().link(actor.get_cell());
         Ok(Session { actor, log })
+    }
+
+    /// Opens the session `id` from the harness's store: a new one, or one resumed from its log
+    /// (recovered first: a torn tail cut, calls left in flight closed as `ABORTED`), continuing
+    /// with the next seq and the next step. `config.first_step` is raised to what the log
+    /// needs. The scheduler (and with it the writer) is linked under `supervisor` if given.
+    pub async fn open_session(
+        &self,
+        id: &str,
+        mut config: SchedulerConfig,
+        supervisor: Option<ActorCell>,
+    ) -> Result<OpenedSession, SchedulerError> {
+        if !valid_session_id(id) {
+            return Err(SchedulerError::InvalidSessionId(id.to_string()));
+        }
+        let (log, recovery) = match &self.store {
+            SessionStore::Memory => (
+                SessionLog::memory().await.map_err(SchedulerError::Log)?,
+                Recovery::default(),
+            ),
+            SessionStore::Directory { root, durability } => {
+                std::fs::create_dir_all(root).map_err(|e| {
+                    SchedulerError::Log(dsh_session::SessionError::io(
+                        format!("creating the session folder {}", root.display()),
+                        &e,
+                    ))
+                })?;
+                SessionLog::open_file(root.join(format!("{id}.jsonl")), *durability, None)
+                    .await
+                    .map_err(SchedulerError::Log)?
+            }
+        };
+        config.first_step = config.first_step.max(recovery.next_step);
+        let session = match self.open(log.clone(), config, supervisor).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = log.close().await;
+                return Err(e);
+            }
+        };
+        Ok(OpenedSession { session, recovery })
     }
 
     /// Stops the harness's guard set.

@@ -19,9 +19,10 @@ use dsh_core::{
 };
 use dsh_session::SessionLog;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{RwLock, Semaphore};
 use tracing::Instrument;
 
@@ -35,6 +36,20 @@ pub(crate) struct SubCalls {
     pool: Semaphore,
     /// Parallel sub-calls hold it shared, exclusive ones alone.
     barrier: RwLock<()>,
+    ledger: Mutex<Ledger>,
+}
+
+/// Which sub-calls are in flight, and whether the parent has answered.
+#[derive(Default)]
+struct Ledger {
+    closed: bool,
+    in_flight: HashMap<String, InFlight>,
+}
+
+struct InFlight {
+    name: String,
+    arguments: Value,
+    track: Arc<CallTrack>,
 }
 
 impl SubCalls {
@@ -53,6 +68,47 @@ impl SubCalls {
             next: AtomicU64::new(1),
             pool: Semaphore::new(cap.max(1)),
             barrier: RwLock::new(()),
+            ledger: Mutex::new(Ledger::default()),
+        }
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Called as the parent answers: every sub-call still in flight (cancelled with its
+    /// parent, or left behind by the body) is recorded now as `ABORTED`, so all of them sit
+    /// before the parent's `tool/result`; a sub-call ending later records nothing.
+    pub(crate) fn close(&self, reason: &str) {
+        let mut ledger = self.ledger();
+        ledger.closed = true;
+        let mut left: Vec<(String, InFlight)> = ledger.in_flight.drain().collect();
+        left.sort_by(|a, b| a.0.cmp(&b.0));
+        for (call_id, f) in left {
+            let (code, message) = if f.track.body_started() {
+                (
+                    ErrorCode::Aborted,
+                    format!("the sub-call was cancelled while it ran: {reason}"),
+                )
+            } else {
+                (
+                    ErrorCode::AbortedBeforeDispatch,
+                    format!("the sub-call was cancelled before it started: {reason}"),
+                )
+            };
+            // Sent, not awaited: the order of sends is the order in the log, and the parent's
+            // result is sent after this returns.
+            drop(self.log.send(
+                self.step,
+                EventBody::CodeDispatch(CodeDispatchData {
+                    call_id,
+                    parent_call_id: self.parent_call_id.clone(),
+                    name: f.name,
+                    arguments: f.arguments,
+                    message: vec![dsh_core::ContentBlock::text(message.clone())],
+                    error: Some(ToolError::new(code, message)),
+                }),
+            ));
         }
     }
 
@@ -81,6 +137,28 @@ impl SubCallDispatcher for SubCalls {
             signal,
             parent: Some(self.parent_call_id.clone()),
         };
+        let track = Arc::new(CallTrack::default());
+        {
+            let mut ledger = self.ledger();
+            if ledger.closed {
+                return FrozenResult::error(
+                    call_id,
+                    name,
+                    ToolError::new(
+                        ErrorCode::AbortedBeforeDispatch,
+                        "the parent call has already answered; the sub-call did not run",
+                    ),
+                );
+            }
+            ledger.in_flight.insert(
+                call_id.clone(),
+                InFlight {
+                    name: name.to_string(),
+                    arguments: arguments.clone(),
+                    track: track.clone(),
+                },
+            );
+        }
         let record = self.pipeline.config.record_content;
         let span = telemetry::call_span(
             name,
@@ -102,14 +180,10 @@ impl SubCallDispatcher for SubCalls {
             } else if self.is_parallel(name, &arguments) {
                 let _slot = self.pool.acquire().await;
                 let _shared = self.barrier.read().await;
-                self.pipeline
-                    .run(&input, &CallTrack::default(), None, &span)
-                    .await
+                self.pipeline.run(&input, &track, None, &span).await
             } else {
                 let _alone = self.barrier.write().await;
-                self.pipeline
-                    .run(&input, &CallTrack::default(), None, &span)
-                    .await
+                self.pipeline.run(&input, &track, None, &span).await
             }
         };
         let (candidate, finalize) = run.instrument(span.clone()).await;
@@ -132,7 +206,22 @@ impl SubCallDispatcher for SubCalls {
             message: result.content().to_vec(),
             error: result.error_info().cloned(),
         });
-        if let Err(e) = self.log.append(self.step, event).await {
+        let ack = {
+            let mut ledger = self.ledger();
+            if ledger.in_flight.remove(result.call_id()).is_none() {
+                // The parent answered first and recorded this sub-call as aborted.
+                return FrozenResult::error(
+                    result.call_id(),
+                    name,
+                    ToolError::new(
+                        ErrorCode::Aborted,
+                        "the parent call answered before the sub-call ended",
+                    ),
+                );
+            }
+            self.log.send(self.step, event)
+        };
+        if let Err(e) = ack.await {
             tracing::error!(error = %e, "could not record a code dispatch");
             return FrozenResult::error(
                 result.call_id(),

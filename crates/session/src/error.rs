@@ -17,6 +17,9 @@ pub enum SessionError {
     /// The writer actor is gone or did not answer.
     #[error("the session writer is unavailable: {0}")]
     Unavailable(String),
+    /// Another writer holds the log (another process, or a session not yet gone).
+    #[error("the session log {0} is in use by another writer")]
+    InUse(String),
     /// The writer was closed.
     #[error("the session log is closed")]
     Closed,

@@ -92,6 +92,28 @@ impl FileBackend {
             ),
             Err(e) => return Err(SessionError::io(opening(), &e)),
         };
+        let kind = file
+            .metadata()
+            .map_err(|e| SessionError::io(opening(), &e))?
+            .file_type();
+        if !kind.is_file() {
+            // A device or a FIFO would never end (or never hold what was written).
+            return Err(SessionError::Io {
+                context: opening(),
+                message: "not a regular file".into(),
+            });
+        }
+        // One writer per log: a second process (or a restarted session whose old writer is
+        // still finishing a commit) must not interleave lines with the first.
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(SessionError::InUse(shown));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(SessionError::io(format!("locking {shown}"), &e));
+            }
+        }
         if created {
             // The new name must survive a crash as much as the lines written under it.
             sync_dir(&path)
@@ -192,15 +214,13 @@ impl LogBackend for FileBackend {
             })?;
             self.buf.push(b'\n');
         }
-        if !self.buf.is_empty() {
-            if let Err(e) = self.file.write_all(&self.buf) {
-                return Err(self.roll_back("writing to", &e));
-            }
+        if !self.buf.is_empty()
+            && let Err(e) = self.file.write_all(&self.buf)
+        {
+            return Err(self.roll_back("writing to", &e));
         }
-        if sync {
-            if let Err(e) = self.sync() {
-                return Err(self.roll_back("syncing", &e));
-            }
+        if sync && let Err(e) = self.sync() {
+            return Err(self.roll_back("syncing", &e));
         }
         self.len += self.buf.len() as u64;
         if self.buf.capacity() > KEEP_BUFFER {

@@ -74,10 +74,10 @@ impl TranscriptBuilder {
 
     fn step_position(&mut self, step: u64) -> usize {
         // Events of one step come together; skip the map for the common case.
-        if let Some(last) = self.steps.last() {
-            if last.step == step {
-                return self.steps.len() - 1;
-            }
+        if let Some(last) = self.steps.last()
+            && last.step == step
+        {
+            return self.steps.len() - 1;
         }
         let steps = &mut self.steps;
         *self.positions.entry(step).or_insert_with(|| {

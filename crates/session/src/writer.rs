@@ -275,7 +275,11 @@ impl Actor for SessionWriter {
             WriterMsg::Close { reply } => {
                 state.drain().await;
                 state.inbox.close(&SessionError::Closed);
-                let _ = reply.send(state.flushed());
+                let answer = state.flushed();
+                // Let go of the storage (and the file's lock) before answering, so whoever
+                // closed the log can open it again at once.
+                drop(state.backend.take());
+                let _ = reply.send(answer);
                 myself.stop(Some("closed".into()));
             }
         }

@@ -206,3 +206,22 @@ async fn opening_a_directory_is_a_clear_error() {
         .unwrap_err();
     assert!(matches!(err, SessionError::Io { .. }), "{err}");
 }
+
+#[test]
+fn a_log_has_one_writer_at_a_time_and_must_be_a_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session.jsonl");
+    let (first, _) = dsh_session::FileBackend::open(&path).unwrap();
+    let second = dsh_session::FileBackend::open(&path);
+    assert!(
+        matches!(second, Err(dsh_session::SessionError::InUse(_))),
+        "a second writer was let in"
+    );
+    drop(first);
+    assert!(
+        dsh_session::FileBackend::open(&path).is_ok(),
+        "the lock goes with the writer"
+    );
+    assert!(dsh_session::FileBackend::open("/dev/null").is_err());
+    assert!(dsh_session::FileBackend::open(dir.path()).is_err());
+}

@@ -77,10 +77,10 @@ fn run(shared: &Shared, pattern: &str, path: &str, signal: &Signal) -> Result<Va
         let Ok(under_base) = entry.path().strip_prefix(&abs_base) else {
             continue;
         };
-        if matcher.is_match(under_base) {
-            if let Some(rel) = relative_to(root, entry.path()) {
-                found.push(rel);
-            }
+        if matcher.is_match(under_base)
+            && let Some(rel) = relative_to(root, entry.path())
+        {
+            found.push(rel);
         }
     }
     found.sort();

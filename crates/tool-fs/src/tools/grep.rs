@@ -236,10 +236,10 @@ impl Search<'_> {
                 if self.signal.is_cancelled() {
                     return WalkState::Quit;
                 }
-                if let Ok(entry) = entry {
-                    if entry.file_type().is_some_and(|t| t.is_file()) {
-                        self.file(&mut searcher, entry.path());
-                    }
+                if let Ok(entry) = entry
+                    && entry.file_type().is_some_and(|t| t.is_file())
+                {
+                    self.file(&mut searcher, entry.path());
                 }
                 WalkState::Continue
             })

@@ -1,0 +1,195 @@
+//! Tools and a harness shared by code mode's tests: `run_code` beside a few probe tools, run
+//! through the real pipeline.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use async_trait::async_trait;
+use dsh_code_mode::{CodeLimits, RunCode};
+use dsh_core::{
+    ExecutionMode, FrozenResult, Hooks, Signal, ToolCall, ToolContext, ToolDefinition, ToolFailure,
+    ToolRegistry,
+};
+use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session, StepRequest};
+use dsh_session::SessionLog;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the probe tools saw.
+#[derive(Default)]
+pub struct Probe {
+    pub active: AtomicUsize,
+    pub max_active: AtomicUsize,
+    pub started: AtomicUsize,
+    pub completed: AtomicUsize,
+    /// The signal of every body, in start order.
+    pub signals: Mutex<Vec<Signal>>,
+}
+
+struct Active(Arc<Probe>);
+
+impl Active {
+    fn enter(probe: &Arc<Probe>) -> Active {
+        let now = probe.active.fetch_add(1, Ordering::SeqCst) + 1;
+        probe.max_active.fetch_max(now, Ordering::SeqCst);
+        Active(probe.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `nap` (parallel-safe) and `solo` (exclusive): sleep `ms` unless cancelled, then answer
+/// `{ shown: text, slept: ms }`, showing `text`.
+pub struct Nap {
+    pub name: &'static str,
+    pub parallel: bool,
+    pub probe: Arc<Probe>,
+}
+
+#[async_trait]
+impl ToolDefinition for Nap {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        "sleeps"
+    }
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "ms": {"type": "integer", "minimum": 0},
+                "text": {"type": "string"},
+                "fail": {"type": "string"}
+            },
+            "additionalProperties": false
+        })
+    }
+    fn execution_mode(&self) -> ExecutionMode {
+        if self.parallel {
+            ExecutionMode::Parallel
+        } else {
+            ExecutionMode::Exclusive
+        }
+    }
+    fn is_concurrency_safe(&self, _input: &Value) -> bool {
+        self.parallel
+    }
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+        self.probe.started.fetch_add(1, Ordering::SeqCst);
+        self.probe.signals.lock().unwrap().push(ctx.signal.clone());
+        let _active = Active::enter(&self.probe);
+        let ms = input.get("ms").and_then(Value::as_u64).unwrap_or(0);
+        if ms > 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                _ = ctx.signal.cancelled() => return Err(ToolFailure::new("stopped on signal")),
+            }
+        }
+        if let Some(why) = input.get("fail").and_then(Value::as_str) {
+            return Err(ToolFailure::new(why.to_string()));
+        }
+        self.probe.completed.fetch_add(1, Ordering::SeqCst);
+        let text = input.get("text").and_then(Value::as_str).unwrap_or("done");
+        Ok(json!({"shown": text, "slept": ms}))
+    }
+    fn present(&self, value: &Value) -> Vec<dsh_core::ContentBlock> {
+        vec![dsh_core::ContentBlock::text(
+            value["shown"].as_str().unwrap_or_default().to_string(),
+        )]
+    }
+}
+
+/// A registry with `run_code` (these limits), `nap` and `solo`.
+pub fn registry(probe: &Arc<Probe>, limits: CodeLimits) -> Arc<ToolRegistry> {
+    let registry = Arc::new(ToolRegistry::new());
+    registry.register(RunCode::new(limits)).unwrap();
+    registry
+        .register(Nap {
+            name: "nap",
+            parallel: true,
+            probe: probe.clone(),
+        })
+        .unwrap();
+    registry
+        .register(Nap {
+            name: "solo",
+            parallel: false,
+            probe: probe.clone(),
+        })
+        .unwrap();
+    registry
+}
+
+/// Limits small enough for fast tests.
+pub fn test_limits() -> CodeLimits {
+    CodeLimits {
+        timeout: Duration::from_secs(5),
+        memory_bytes: 16 << 20,
+        ..CodeLimits::default()
+    }
+}
+
+/// A harness and an open in-memory session.
+pub async fn open(
+    registry: Arc<ToolRegistry>,
+    hooks: Hooks,
+    config: SchedulerConfig,
+) -> (Harness, Session, SessionLog) {
+    let harness = HarnessBuilder::new(registry)
+        .hooks(hooks)
+        .build()
+        .await
+        .unwrap();
+    let log = SessionLog::memory().await.unwrap();
+    let session = harness.open(log.clone(), config, None).await.unwrap();
+    (harness, session, log)
+}
+
+/// Runs one step with one `run_code` call and answers its result.
+pub async fn run_code(session: &Session, id: &str, code: &str) -> FrozenResult {
+    let out = session
+        .run_step(StepRequest::new(vec![ToolCall::new(
+            id,
+            "run_code",
+            json!({ "code": code }),
+        )]))
+        .await
+        .unwrap();
+    out.results[0].clone()
+}
+
+/// The code of a result, or "ok".
+pub fn code(r: &FrozenResult) -> &'static str {
+    r.code().map(|c| c.as_str()).unwrap_or("ok")
+}
+
+/// What the script returned (a successful run_code's `returned`).
+pub fn returned(r: &FrozenResult) -> Value {
+    assert!(!r.is_error(), "run_code failed: {}", r.text());
+    r.value().unwrap()["returned"].clone()
+}
+
+/// Waits (a few seconds at most) until every engine thread has ended.
+pub async fn engines_gone() {
+    let start = Instant::now();
+    while dsh_code_mode::live_engines() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "an engine thread is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Serializes the tests of one binary that count live engine threads (the count is global).
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::Mutex::new(()))
+        .lock()
+        .await
+}

@@ -1,0 +1,395 @@
+//! One MCP server: its process, its connection, and its restart after a crash or a hang.
+//!
+//! The connection is started lazily again on the call after the server died. Calls share
+//! the live connection (the MCP peer multiplexes requests); only starting and stopping take
+//! the lock. A call that times out asks the server for a `ping`: a server that cannot answer
+//! is hung, and is killed so that the next call starts a fresh one.
+
+use crate::config::McpServerConfig;
+use dsh_core::{CancelReason, ErrorCode, Signal, ToolFailure};
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientRequest, Implementation,
+    InitializeRequestParams, PingRequest, Tool,
+};
+use rmcp::service::RunningService;
+use rmcp::{Peer, RoleClient, ServiceError};
+use serde_json::{Map, Value};
+use std::fmt;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::sync::Mutex;
+
+/// Timings of starting, checking and stopping servers.
+///
+/// ```
+/// use std::time::Duration;
+/// let options = dsh_mcp::McpOptions {
+///     health_check_timeout: Duration::from_millis(500),
+///     ..Default::default()
+/// };
+/// assert_eq!(options.startup_timeout, Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct McpOptions {
+    /// How long a server may take to start, complete the handshake and list its tools.
+    pub startup_timeout: Duration,
+    /// After a call timed out, how long the server may take to answer a `ping` before it
+    /// counts as hung and is killed.
+    pub health_check_timeout: Duration,
+    /// At shutdown, how long a server may take to exit after its stdin closed.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        McpOptions {
+            startup_timeout: Duration::from_secs(30),
+            health_check_timeout: Duration::from_secs(2),
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Longest stderr line logged as one record; longer ones are logged in pieces.
+const MAX_STDERR_LINE: u64 = 8 * 1024;
+
+type Client = RunningService<RoleClient, InitializeRequestParams>;
+
+/// The server's process group: killed when dropped, so no server outlives its connection.
+struct ServerProcess {
+    child: Box<dyn ChildWrapper>,
+}
+
+impl ServerProcess {
+    fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // Also reaches the server's own children (`npx` and the like) through the group.
+        let _ = self.child.start_kill();
+    }
+}
+
+struct Live {
+    generation: u64,
+    client: Client,
+    process: ServerProcess,
+}
+
+impl Live {
+    fn is_usable(&mut self) -> bool {
+        !self.client.is_closed()
+            && !self.client.peer().is_transport_closed()
+            && !self.process.has_exited()
+    }
+}
+
+/// A started (or restartable) MCP server.
+pub(crate) struct McpServer {
+    config: McpServerConfig,
+    options: McpOptions,
+    live: Mutex<Option<Live>>,
+    generations: AtomicU64,
+    /// Set by `shutdown`: later calls fail instead of starting the server again.
+    closed: AtomicBool,
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.config.name)
+            .field("command", &self.config.command)
+            .finish()
+    }
+}
+
+fn client_info() -> InitializeRequestParams {
+    InitializeRequestParams::new(
+        ClientCapabilities::default(),
+        Implementation::new("dsh", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+/// Logs the server's stderr, line by line; it never reaches a result.
+fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stderr);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut reader)
+                .take(MAX_STDERR_LINE)
+                .read_until(b'\n', &mut line)
+                .await
+            {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end();
+                    if !text.is_empty() {
+                        tracing::info!(target: "dsh_mcp::stderr", server = %server, "{text}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+fn failure(code: ErrorCode, message: String) -> ToolFailure {
+    ToolFailure::with_code(code, message)
+}
+
+impl McpServer {
+    pub(crate) fn new(config: McpServerConfig, options: McpOptions) -> McpServer {
+        McpServer {
+            config,
+            options,
+            live: Mutex::new(None),
+            generations: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// Starts the process and completes the MCP handshake.
+    async fn connect(&self) -> Result<Live, String> {
+        let mut command = tokio::process::Command::new(&self.config.command);
+        command
+            .args(&self.config.args)
+            .envs(&self.config.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cwd) = &self.config.cwd {
+            command.current_dir(cwd);
+        }
+        let mut wrapped = CommandWrap::from(command);
+        wrapped.wrap(ProcessGroup::leader());
+        let mut child = wrapped
+            .spawn()
+            .map_err(|e| format!("cannot run `{}`: {e}", self.config.command))?;
+        let stdin = child.stdin().take();
+        let stdout = child.stdout().take();
+        let stderr = child.stderr().take();
+        let mut process = ServerProcess { child };
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+            return Err("its stdin or stdout could not be connected".into());
+        };
+        if let Some(stderr) = stderr {
+            log_stderr(self.config.name.clone(), stderr);
+        }
+        let handshake = rmcp::serve_client(client_info(), (stdout, stdin));
+        let client = match tokio::time::timeout(self.options.startup_timeout, handshake).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                let exited = process.has_exited();
+                return Err(if exited {
+                    format!("it exited during the MCP handshake ({e})")
+                } else {
+                    format!("the MCP handshake failed: {e}")
+                });
+            }
+            Err(_) => {
+                return Err(format!(
+                    "no MCP handshake within {} ms",
+                    self.options.startup_timeout.as_millis()
+                ));
+            }
+        };
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        if generation > 1 {
+            tracing::info!(server = %self.config.name, generation, "MCP server restarted");
+        }
+        Ok(Live {
+            generation,
+            client,
+            process,
+        })
+    }
+
+    /// Starts the server and lists its tools (at start-up).
+    pub(crate) async fn start_and_list(&self) -> Result<Vec<Tool>, String> {
+        let peer = {
+            let mut live = self.live.lock().await;
+            let started = self.connect().await?;
+            let peer = started.client.peer().clone();
+            *live = Some(started);
+            peer
+        };
+        match tokio::time::timeout(self.options.startup_timeout, peer.list_all_tools()).await {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(e)) => Err(format!("listing its tools failed: {e}")),
+            Err(_) => Err(format!(
+                "it did not list its tools within {} ms",
+                self.options.startup_timeout.as_millis()
+            )),
+        }
+    }
+
+    /// The live connection's peer, starting the server again if it died.
+    ///
+    /// Runs in its own task: a caller that gives up (its deadline passed) does not cut a
+    /// restart short, so a server slower to start than its tools' timeout still comes up for
+    /// a later call.
+    async fn peer(
+        self: &Arc<Self>,
+        signal: &Signal,
+    ) -> Result<(Peer<RoleClient>, u64), ToolFailure> {
+        let server = self.clone();
+        let ready = tokio::spawn(async move { server.ensure_live().await });
+        tokio::select! {
+            ready = ready => ready.map_err(|e| e.to_string()).and_then(|r| r).map_err(|e| {
+                failure(
+                    ErrorCode::ToolError,
+                    format!("MCP server `{}` is not available: {e}", self.config.name),
+                )
+            }),
+            reason = signal.cancelled() => Err(self.cancelled(reason)),
+        }
+    }
+
+    async fn ensure_live(&self) -> Result<(Peer<RoleClient>, u64), String> {
+        let mut live = self.live.lock().await;
+        if self.closed.load(Ordering::SeqCst) {
+            return Err("it was shut down".into());
+        }
+        if let Some(current) = live.as_mut()
+            && current.is_usable()
+        {
+            return Ok((current.client.peer().clone(), current.generation));
+        }
+        if live.take().is_some() {
+            tracing::warn!(server = %self.config.name, "MCP server is gone; starting it again");
+        }
+        let started = self.connect().await?;
+        let pair = (started.client.peer().clone(), started.generation);
+        *live = Some(started);
+        Ok(pair)
+    }
+
+    fn cancelled(&self, reason: CancelReason) -> ToolFailure {
+        if reason.is_timeout() {
+            failure(
+                ErrorCode::ToolTimeout,
+                format!("MCP server `{}` did not answer in time", self.config.name),
+            )
+        } else {
+            failure(ErrorCode::Aborted, reason.to_string())
+        }
+    }
+
+    /// Forgets the connection of `generation` (if it is still the live one), killing it.
+    async fn drop_connection(&self, generation: u64) {
+        let mut live = self.live.lock().await;
+        if live.as_ref().map(|l| l.generation) == Some(generation) {
+            *live = None;
+        }
+    }
+
+    /// After a timeout: a server that cannot answer a ping is hung, and is killed.
+    fn check_health(self: &Arc<Self>, generation: u64) {
+        let server = self.clone();
+        tokio::spawn(async move {
+            let mut live = server.live.lock().await;
+            let Some(current) = live.as_ref() else {
+                return;
+            };
+            if current.generation != generation {
+                return;
+            }
+            let ping = current
+                .client
+                .peer()
+                .send_request(ClientRequest::PingRequest(PingRequest {
+                    method: Default::default(),
+                    extensions: Default::default(),
+                }));
+            let answered = matches!(
+                tokio::time::timeout(server.options.health_check_timeout, ping).await,
+                Ok(Ok(_))
+            );
+            if !answered {
+                tracing::warn!(
+                    server = %server.config.name,
+                    "MCP server did not answer a ping after a call timed out; killing it \
+                     (it starts again on the next call)"
+                );
+                *live = None;
+            }
+        });
+    }
+
+    /// Calls one of the server's tools, bounded by `signal`.
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        tool: &str,
+        arguments: Map<String, Value>,
+        signal: &Signal,
+    ) -> Result<CallToolResult, ToolFailure> {
+        let (peer, generation) = self.peer(signal).await?;
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        // Dropping the request (on cancel) sends the server `notifications/cancelled`.
+        let answer = tokio::select! {
+            answer = peer.call_tool(params) => answer,
+            reason = signal.cancelled() => {
+                if reason.is_timeout() {
+                    self.check_health(generation);
+                }
+                return Err(self.cancelled(reason));
+            }
+        };
+        match answer {
+            Ok(result) => Ok(result),
+            Err(ServiceError::McpError(e)) => Err(failure(
+                ErrorCode::ToolError,
+                format!(
+                    "MCP server `{}` refused the call: {}",
+                    self.config.name, e.message
+                ),
+            )),
+            Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                self.drop_connection(generation).await;
+                Err(failure(
+                    ErrorCode::ToolError,
+                    format!(
+                        "MCP server `{}` stopped before it answered ({e}); it is started \
+                         again on the next call",
+                        self.config.name
+                    ),
+                ))
+            }
+            Err(e) => Err(failure(
+                ErrorCode::ToolError,
+                format!("MCP server `{}`: {e}", self.config.name),
+            )),
+        }
+    }
+
+    /// Closes the connection: stdin is closed, the server gets `shutdown_grace` to exit, and
+    /// is killed after that.
+    pub(crate) async fn shutdown(&self) {
+        let mut guard = self.live.lock().await;
+        self.closed.store(true, Ordering::SeqCst);
+        let Some(mut live) = guard.take() else {
+            return;
+        };
+        let _ = live
+            .client
+            .close_with_timeout(self.options.shutdown_grace)
+            .await;
+        let exited = tokio::time::timeout(self.options.shutdown_grace, live.process.child.wait());
+        if !matches!(exited.await, Ok(Ok(_))) {
+            tracing::warn!(server = %self.config.name, "MCP server did not exit; killed");
+        }
+    }
+}
