@@ -398,7 +398,21 @@ fn soak() {
     rt.block_on(async {
         let start_actors = dsh_core::live::live_actors();
         let harness = full_harness().await;
-        let session = session(&harness, 10).await;
+        // A file log: an in-memory one would grow by design and hide a real leak.
+        let dir = must(tempfile::tempdir(), "temp dir");
+        let (log, _) = must(
+            SessionLog::open_file(
+                dir.path().join("soak.jsonl"),
+                dsh_session::Durability::None,
+                None,
+            )
+            .await,
+            "log",
+        );
+        let session = must(
+            harness.open(log, SchedulerConfig::default(), None).await,
+            "session",
+        );
         let total = std::env::var("DSH_SOAK_CALLS")
             .ok()
             .and_then(|v| v.parse().ok())
