@@ -2,11 +2,14 @@
 //!
 //! Policy that must hold whatever the hooks say:
 //!
-//! - [`GuardSet`]: the registered monotonic guards, behind one actor. A guard only denies or
+//! - [`GuardSet`]: the registered monotonic guards, owned by one actor. A guard only denies or
 //!   abstains; registering returns a [`GuardOwner`], and only that owner can replace or remove
-//!   the guard. When the actor cannot answer, the verdict is a denial (fail-closed).
+//!   the guard. Each evaluation takes the actor's current [`GuardSnapshot`] and runs the
+//!   guards for that call alone, so a slow guard delays only its own call. When the actor
+//!   cannot answer, the verdict is a denial (fail-closed); so is a guard's panic.
 //! - [`PermissionRules`]: a `tools/pre-execute` handler loaded from TOML (`allow`, `ask`,
-//!   `deny` lists of `tool` or `tool(glob)` rules; deny beats ask beats allow).
+//!   `deny` lists of `tool` or `tool(glob)` rules, `.gitignore`-like: a folder's rule covers
+//!   what is inside it; deny beats ask beats allow).
 //!
 //! ```
 //! use dsh_guards::{GuardCall, GuardSet, GuardVerdict, FnGuard};
@@ -37,4 +40,4 @@ mod set;
 pub use error::GuardsError;
 pub use guard::{FnGuard, Guard, GuardCall, GuardVerdict};
 pub use permissions::{PermissionRules, Rule, RuleClass};
-pub use set::{GuardOwner, GuardSet, GuardSetMsg};
+pub use set::{DEFAULT_EVALUATION_TIMEOUT, GuardOwner, GuardSet, GuardSetMsg, GuardSnapshot};

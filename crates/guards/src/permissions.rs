@@ -3,12 +3,29 @@
 //! ```toml
 //! allow = ["read_file", "grep"]
 //! ask   = ["write_file", "apply_patch"]
-//! deny  = ["write_file(secrets/**)", "mcp__*"]
+//! deny  = ["write_file(secrets/**)", "edit_file(.git)", "mcp__*"]
 //! ```
 //! A rule is `tool` or `tool(glob)`; the tool part is itself a glob (`mcp__github__*`), the
 //! pattern part matches the tool's primary argument (its permission subjects: the path, for
 //! file tools). Deny beats ask beats allow, whatever the order; a call no rule matches is
 //! allowed (the sandbox and the guards still apply).
+//!
+//! Patterns read like `.gitignore` lines, over paths relative to the workspace root (see
+//! [`PermissionRules::with_root`]; `./`, `..` and doubled slashes are resolved first):
+//!
+//! - A pattern that names a folder covers everything inside it: a rule matches a path when it
+//!   matches the path itself **or any of its ancestor folders**. `edit_file(.git)` stops
+//!   edits to `.git/config`, `edit_file(src/gen)` stops edits to `src/gen/a/b.rs`.
+//! - A pattern without a `/` (a trailing one aside) matches a name at any depth: `.git` covers
+//!   `sub/.git/HEAD`, `*.env` matches `a/b/prod.env`.
+//! - A pattern with a `/` in it is matched from the root: `secrets/**` matches
+//!   `secrets/key.pem` but neither `notsecrets/x` nor `a/secrets/x` (write `**/secrets` for
+//!   any depth).
+//! - `*` and `?` stay inside one path component; `**` crosses folders.
+//! - A trailing `/` is ignored (`.git/` is `.git`): a rule cannot tell a folder from a file by
+//!   its name, and a folder rule must also cover the folder itself.
+//! - A pattern starting with `/` names an absolute path; such a pattern only matches subjects
+//!   outside the root (inside it, subjects are relative).
 
 use crate::error::GuardsError;
 use async_trait::async_trait;
@@ -35,8 +52,9 @@ pub struct Rule {
     source: String,
     tool: GlobMatcher,
     pattern: Option<GlobMatcher>,
-    /// A pattern without `/` matches the last path component at any depth, as in `.gitignore`.
-    basename_only: bool,
+    /// A pattern with a `/` (not counting a trailing one) is matched against the path and its
+    /// ancestors from the root; one without is matched against each component, at any depth.
+    anchored: bool,
 }
 
 impl fmt::Debug for Rule {
@@ -86,35 +104,75 @@ impl Rule {
         if tool.contains(')') {
             return Err(invalid("unbalanced `)`"));
         }
+        let pattern = match pattern {
+            Some("") => return Err(invalid("the pattern is empty")),
+            Some(p) => Some(strip_trailing_slashes(p)),
+            None => None,
+        };
         Ok(Rule {
             source: trimmed.to_string(),
             tool: glob(tool, text)?,
             pattern: match pattern {
-                Some("") => return Err(invalid("the pattern is empty")),
                 Some(p) => Some(glob(p, text)?),
                 None => None,
             },
-            basename_only: pattern.is_some_and(|p| !p.contains('/')),
+            anchored: pattern.is_some_and(|p| p.contains('/')),
         })
     }
 
-    /// True when the rule covers this tool and (for a pattern rule) one of the subjects.
+    /// True when the rule covers this tool and (for a pattern rule) one of the subjects: the
+    /// pattern matches the subject, or a folder the subject is inside (see the module docs).
+    /// Subjects are taken as written; [`PermissionRules::classify`] normalizes them first.
+    ///
+    /// ```
+    /// let rule = dsh_guards::Rule::parse("edit_file(.git)").unwrap();
+    /// assert!(rule.matches("edit_file", &["sub/.git/HEAD".to_string()]));
+    /// assert!(!rule.matches("edit_file", &[".github/ci.yml".to_string()]));
+    /// ```
     pub fn matches(&self, tool: &str, subjects: &[String]) -> bool {
         if !self.tool.is_match(tool) {
             return false;
         }
         match &self.pattern {
             None => true,
-            Some(p) => subjects.iter().any(|s| {
-                p.is_match(s)
-                    || (self.basename_only && s.rsplit('/').next().is_some_and(|b| p.is_match(b)))
-            }),
+            Some(p) => subjects.iter().any(|s| self.covers(p, s)),
+        }
+    }
+
+    /// The pattern matches the whole subject, or (anchored) one of its ancestor paths, or
+    /// (unanchored) one of its components.
+    fn covers(&self, pattern: &GlobMatcher, subject: &str) -> bool {
+        if pattern.is_match(subject) {
+            return true;
+        }
+        if self.anchored {
+            // Every proper prefix ending before a `/`: `a/b/c` gives `a`, `a/b`.
+            subject
+                .match_indices('/')
+                .map(|(i, _)| &subject[..i])
+                .filter(|ancestor| !ancestor.is_empty())
+                .any(|ancestor| pattern.is_match(ancestor))
+        } else {
+            subject
+                .split('/')
+                .filter(|component| !component.is_empty())
+                .any(|component| pattern.is_match(component))
         }
     }
 
     /// The rule as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+}
+
+/// `a/` is `a`; `/` stays `/`.
+fn strip_trailing_slashes(pattern: &str) -> &str {
+    let stripped = pattern.trim_end_matches('/');
+    if stripped.is_empty() {
+        pattern
+    } else {
+        stripped
     }
 }
 
@@ -335,5 +393,140 @@ mod tests {
             rules.classify("grep", &s(&["src/x/a.rs"])).is_none(),
             "`*` stays in one folder"
         );
+    }
+
+    fn denied(rules: &PermissionRules, tool: &str, path: &str) -> bool {
+        matches!(
+            rules.classify(tool, &s(&[path])),
+            Some((RuleClass::Deny, _))
+        )
+    }
+
+    #[test]
+    fn a_folder_rule_covers_what_is_inside_it_at_any_depth() {
+        let rules = PermissionRules::from_toml(r#"deny = ["edit_file(.git)"]"#)
+            .unwrap()
+            .with_root("/ws");
+        for p in [
+            ".git",
+            ".git/config",
+            ".git/refs/heads/main",
+            "sub/.git/HEAD",
+            "./a/../.git/config",
+            "/ws/vendor/lib/.git/index",
+        ] {
+            assert!(denied(&rules, "edit_file", p), "{p} escaped `.git`");
+        }
+        for p in [
+            ".github/workflows/ci.yml",
+            ".gitignore",
+            "a.git/x",
+            "src/git/x",
+        ] {
+            assert!(!denied(&rules, "edit_file", p), "{p} is not inside `.git`");
+        }
+        assert!(!denied(&rules, "write_file", ".git/config"), "other tools");
+    }
+
+    #[test]
+    fn a_slashless_glob_matches_names_at_any_depth() {
+        let rules = PermissionRules::from_toml(r#"deny = ["read_file(*.env)"]"#).unwrap();
+        assert!(denied(&rules, "read_file", "prod.env"));
+        assert!(denied(&rules, "read_file", "a/b/prod.env"));
+        assert!(
+            denied(&rules, "read_file", "conf.env/inner.txt"),
+            "a folder named so"
+        );
+        assert!(!denied(&rules, "read_file", "a/b/prod.env.example"));
+        assert!(!denied(&rules, "read_file", "a/envs/prod"));
+    }
+
+    #[test]
+    fn a_pattern_with_a_slash_is_anchored_at_the_root() {
+        let rules = PermissionRules::from_toml(
+            r#"deny = ["write_file(secrets/**)", "edit_file(src/gen)", "grep(**/private/)"]"#,
+        )
+        .unwrap()
+        .with_root("/ws");
+        assert!(denied(&rules, "write_file", "secrets/key.pem"));
+        assert!(denied(&rules, "write_file", "secrets/a/b/key.pem"));
+        assert!(denied(&rules, "write_file", "/ws/secrets/k"));
+        assert!(!denied(&rules, "write_file", "notsecrets/x"));
+        assert!(!denied(&rules, "write_file", "a/secrets/x"), "anchored");
+        assert!(!denied(&rules, "write_file", "secretsx/y"));
+
+        assert!(denied(&rules, "edit_file", "src/gen"));
+        assert!(denied(&rules, "edit_file", "src/gen/a/b.rs"));
+        assert!(!denied(&rules, "edit_file", "src/generated/a.rs"));
+        assert!(!denied(&rules, "edit_file", "other/src/gen/a.rs"));
+
+        // `**/` reaches any depth; the trailing `/` still covers the folder itself.
+        assert!(denied(&rules, "grep", "private"));
+        assert!(denied(&rules, "grep", "a/b/private/c.txt"));
+        assert!(!denied(&rules, "grep", "a/privateer/c.txt"));
+    }
+
+    #[test]
+    fn an_absolute_pattern_covers_an_absolute_folder_outside_the_root() {
+        let rules = PermissionRules::from_toml(r#"deny = ["read_file(/etc)"]"#)
+            .unwrap()
+            .with_root("/ws");
+        assert!(denied(&rules, "read_file", "/etc/passwd"));
+        assert!(denied(&rules, "read_file", "/etc/ssh/sshd_config"));
+        assert!(!denied(&rules, "read_file", "/etcetera/x"));
+        assert!(
+            !denied(&rules, "read_file", "/ws/etc/x"),
+            "inside the root: relative"
+        );
+    }
+
+    #[test]
+    fn deny_beats_ask_beats_allow_with_folder_rules_in_every_order() {
+        let deny = || Rule::parse("edit_file(.git)").unwrap();
+        let ask = || Rule::parse("edit_file(docs)").unwrap();
+        let allow = || Rule::parse("edit_file").unwrap();
+        // `.git` is in the ask list too, and the allow rule covers every path: the strictest
+        // list with a matching rule wins, whatever order the rules were added in.
+        let ask_git = || Rule::parse("edit_file(.git)").unwrap();
+        let orders: [[RuleClass; 3]; 6] = [
+            [RuleClass::Deny, RuleClass::Ask, RuleClass::Allow],
+            [RuleClass::Deny, RuleClass::Allow, RuleClass::Ask],
+            [RuleClass::Ask, RuleClass::Deny, RuleClass::Allow],
+            [RuleClass::Ask, RuleClass::Allow, RuleClass::Deny],
+            [RuleClass::Allow, RuleClass::Deny, RuleClass::Ask],
+            [RuleClass::Allow, RuleClass::Ask, RuleClass::Deny],
+        ];
+        for order in orders {
+            let mut rules = PermissionRules::default();
+            for class in order {
+                match class {
+                    RuleClass::Deny => rules.add(class, deny()),
+                    RuleClass::Ask => rules.add(class, ask()).add(class, ask_git()),
+                    RuleClass::Allow => rules.add(class, allow()),
+                };
+            }
+            let class = |p: &str| rules.classify("edit_file", &s(&[p])).map(|(c, _)| c);
+            assert_eq!(class(".git/config"), Some(RuleClass::Deny), "{order:?}");
+            assert_eq!(class("sub/.git/HEAD"), Some(RuleClass::Deny), "{order:?}");
+            assert_eq!(
+                class("docs/guide/intro.md"),
+                Some(RuleClass::Ask),
+                "{order:?}"
+            );
+            assert_eq!(class("src/main.rs"), Some(RuleClass::Allow), "{order:?}");
+        }
+        // The same in a file, lists written loosest first.
+        let rules = PermissionRules::from_toml(
+            r#"
+            allow = ["edit_file", "edit_file(.git)"]
+            ask = ["edit_file(docs/)", "edit_file(.git)"]
+            deny = ["edit_file(.git/)"]
+            "#,
+        )
+        .unwrap();
+        let class = |p: &str| rules.classify("edit_file", &s(&[p])).map(|(c, _)| c);
+        assert_eq!(class(".git/config"), Some(RuleClass::Deny));
+        assert_eq!(class("docs/a.md"), Some(RuleClass::Ask));
+        assert_eq!(class("README.md"), Some(RuleClass::Allow));
     }
 }

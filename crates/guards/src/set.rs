@@ -1,8 +1,25 @@
-//! The guard set: one actor holding the registered guards, restarted by its own supervisor.
+//! The guard set: one actor that owns the registered guards and their identities, restarted by
+//! its own supervisor.
 //!
-//! The guards live in a store shared by the actor and its supervisor, so a restarted actor
-//! keeps them. While the actor is down (killed, restarting), every evaluation is a denial:
-//! the handle never lets a call through because it could not ask.
+//! # Who does what
+//!
+//! - The **actor** is the only one that changes the set: `Register`, `Replace` and `Unregister`
+//!   go through it, so identity and ownership checks are serialized. After every change it
+//!   publishes an immutable [`GuardSnapshot`] (an `Arc` of the guard list, swapped whole).
+//! - **Evaluation does not run in the actor.** [`GuardSet::evaluate`] asks the actor for the
+//!   current snapshot (one short round trip: this is also the liveness check) and then runs the
+//!   guards itself, on tokio's blocking pool, because [`Guard::check`] is synchronous and may
+//!   block. A slow guard therefore delays only the call it is checking: other calls, and
+//!   registrations, are answered meanwhile.
+//! - The **supervisor** restarts the actor when it dies. The guards live in a store shared by
+//!   the actor and its supervisor, so a restarted actor keeps them.
+//!
+//! # Fail-closed
+//!
+//! While the actor is down (killed, restarting, failed for good, shut down), every evaluation
+//! is a denial: the handle never lets a call through because it could not ask. A guard that
+//! panics denies the call it was checking. An evaluation whose guards are still running when
+//! [`GuardSet::with_evaluation_timeout`] (5 s unless changed) passes is a denial too.
 
 use crate::error::GuardsError;
 use crate::guard::{Guard, GuardCall, GuardVerdict};
@@ -17,20 +34,123 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+/// The registered guards at one moment, in evaluation (registration) order.
+///
+/// Immutable: a registration, replacement or removal publishes a new snapshot and leaves the
+/// ones already handed out as they were, so an evaluation in flight keeps the set it started
+/// with. Cheap to clone (one `Arc`).
+#[derive(Clone, Default)]
+pub struct GuardSnapshot {
+    guards: Arc<[Arc<dyn Guard>]>,
+}
+
+impl fmt::Debug for GuardSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.guards.iter().map(|g| g.id()))
+            .finish()
+    }
+}
+
+impl GuardSnapshot {
+    /// The guards' ids, in evaluation order.
+    pub fn ids(&self) -> Vec<String> {
+        self.guards.iter().map(|g| g.id().to_string()).collect()
+    }
+
+    /// How many guards it holds.
+    pub fn len(&self) -> usize {
+        self.guards.len()
+    }
+
+    /// True when no guard is registered.
+    pub fn is_empty(&self) -> bool {
+        self.guards.is_empty()
+    }
+
+    /// Asks every guard, in order, on the calling thread; the first denial wins, and a guard
+    /// that panics is a denial. This blocks for as long as the guards take: from async code,
+    /// use [`GuardSnapshot::evaluate`].
+    pub fn check(&self, call: &GuardCall) -> GuardVerdict {
+        for guard in self.guards.iter() {
+            match catch_unwind(AssertUnwindSafe(|| guard.check(call))) {
+                Ok(GuardVerdict::Abstain) => {}
+                Ok(GuardVerdict::Deny(reason)) => {
+                    return GuardVerdict::Deny(format!("guard `{}`: {reason}", guard.id()));
+                }
+                Err(_) => {
+                    tracing::error!(guard = guard.id(), call_id = %call.call_id, "guard panicked; denying");
+                    return GuardVerdict::Deny(format!(
+                        "guard `{}` failed while checking the call",
+                        guard.id()
+                    ));
+                }
+            }
+        }
+        GuardVerdict::Abstain
+    }
+
+    /// Runs [`GuardSnapshot::check`] on tokio's blocking pool, so a slow guard holds up only
+    /// this call and never an async worker. An empty snapshot answers at once. Dropping the
+    /// future stops waiting (a guard already running finishes on its own thread, unheard).
+    pub async fn evaluate(&self, call: GuardCall) -> GuardVerdict {
+        if self.is_empty() {
+            return GuardVerdict::Abstain;
+        }
+        let snapshot = self.clone();
+        let call_id = call.call_id.clone();
+        match tokio::task::spawn_blocking(move || snapshot.check(&call)).await {
+            Ok(verdict) => verdict,
+            Err(e) => {
+                // `check` catches the guards' panics, so this is a cancelled task (the runtime
+                // is shutting down): nobody could ask the guards.
+                tracing::error!(call_id = %call_id, error = %e, "guard evaluation did not finish; denying");
+                GuardVerdict::Deny(format!(
+                    "the guards could not be asked ({e}); denied to be safe"
+                ))
+            }
+        }
+    }
+}
+
+/// How long the guards may take on one call by default before it is denied.
+pub const DEFAULT_EVALUATION_TIMEOUT: Duration = Duration::from_secs(5);
+
 struct Entry {
     guard: Arc<dyn Guard>,
     key: u64,
 }
 
 #[derive(Default)]
+struct Registry {
+    entries: Vec<Entry>,
+    snapshot: GuardSnapshot,
+}
+
+impl Registry {
+    /// Publishes the entries as a new snapshot (after every change).
+    fn publish(&mut self) {
+        self.snapshot = GuardSnapshot {
+            guards: self.entries.iter().map(|e| e.guard.clone()).collect(),
+        };
+    }
+}
+
+/// What survives a restart of the actor: the entries (with their owner keys) and the snapshot.
+#[derive(Default)]
 struct Store {
-    entries: Mutex<Vec<Entry>>,
+    registry: Mutex<Registry>,
 }
 
 impl Store {
-    fn entries(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
-        // A poisoned lock only means a panic elsewhere; the Vec itself is still whole.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // A poisoned lock only means a panic elsewhere; the registry itself is still whole
+        // (it is changed only by assignments and `Vec` operations that do not unwind midway).
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn snapshot(&self) -> GuardSnapshot {
+        self.registry().snapshot.clone()
     }
 }
 
@@ -61,12 +181,20 @@ pub enum GuardSetMsg {
         /// The answer.
         reply: RpcReplyPort<Result<(), GuardsError>>,
     },
-    /// Asks every guard, in registration order; the first denial wins.
+    /// Asks every guard, in registration order; the first denial wins. The actor does not run
+    /// the guards in its handler: it hands the current snapshot to a task of its own, which
+    /// answers, so a slow guard never holds up the actor's mailbox. [`GuardSet::evaluate`]
+    /// uses [`GuardSetMsg::Snapshot`] instead and runs the guards in the caller's task.
     Evaluate {
         /// The call.
         call: GuardCall,
         /// The verdict.
         reply: RpcReplyPort<GuardVerdict>,
+    },
+    /// The current snapshot of the guards, for the caller to run.
+    Snapshot {
+        /// The snapshot.
+        reply: RpcReplyPort<GuardSnapshot>,
     },
     /// The ids of the registered guards, in order.
     List {
@@ -82,6 +210,7 @@ impl fmt::Debug for GuardSetMsg {
             GuardSetMsg::Replace { .. } => "Replace",
             GuardSetMsg::Unregister { .. } => "Unregister",
             GuardSetMsg::Evaluate { .. } => "Evaluate",
+            GuardSetMsg::Snapshot { .. } => "Snapshot",
             GuardSetMsg::List { .. } => "List",
         };
         f.write_str(name)
@@ -91,26 +220,6 @@ impl fmt::Debug for GuardSetMsg {
 fn fresh_key() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     RandomState::new().hash_one(COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-fn evaluate(store: &Store, call: &GuardCall) -> GuardVerdict {
-    let guards: Vec<Arc<dyn Guard>> = store.entries().iter().map(|e| e.guard.clone()).collect();
-    for guard in guards {
-        match catch_unwind(AssertUnwindSafe(|| guard.check(call))) {
-            Ok(GuardVerdict::Abstain) => {}
-            Ok(GuardVerdict::Deny(reason)) => {
-                return GuardVerdict::Deny(format!("guard `{}`: {reason}", guard.id()));
-            }
-            Err(_) => {
-                tracing::error!(guard = guard.id(), call_id = %call.call_id, "guard panicked; denying");
-                return GuardVerdict::Deny(format!(
-                    "guard `{}` failed while checking the call",
-                    guard.id()
-                ));
-            }
-        }
-    }
-    GuardVerdict::Abstain
 }
 
 struct GuardSetActor;
@@ -144,21 +253,22 @@ impl Actor for GuardSetActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             GuardSetMsg::Register { guard, reply } => {
-                let mut entries = state.store.entries();
+                let mut registry = state.store.registry();
                 let id = guard.id().to_string();
-                let answer = if entries.iter().any(|e| e.guard.id() == id) {
+                let answer = if registry.entries.iter().any(|e| e.guard.id() == id) {
                     Err(GuardsError::IdTaken(id))
                 } else {
                     let key = fresh_key();
-                    entries.push(Entry { guard, key });
+                    registry.entries.push(Entry { guard, key });
+                    registry.publish();
                     Ok(key)
                 };
-                drop(entries);
+                drop(registry);
                 let _ = reply.send(answer);
             }
             GuardSetMsg::Replace { key, guard, reply } => {
-                let mut entries = state.store.entries();
-                let answer = match entries.iter_mut().find(|e| e.key == key) {
+                let mut registry = state.store.registry();
+                let answer = match registry.entries.iter_mut().find(|e| e.key == key) {
                     Some(e) if e.guard.id() != guard.id() => Err(GuardsError::IdentityChanged {
                         old: e.guard.id().to_string(),
                         new: guard.id().to_string(),
@@ -169,42 +279,75 @@ impl Actor for GuardSetActor {
                     }
                     None => Err(GuardsError::NotOwner(guard.id().to_string())),
                 };
-                drop(entries);
+                if answer.is_ok() {
+                    registry.publish();
+                }
+                drop(registry);
                 let _ = reply.send(answer);
             }
             GuardSetMsg::Unregister { id, key, reply } => {
-                let mut entries = state.store.entries();
-                let before = entries.len();
-                entries.retain(|e| !(e.key == key && e.guard.id() == id));
-                let answer = if entries.len() < before {
+                let mut registry = state.store.registry();
+                let before = registry.entries.len();
+                registry
+                    .entries
+                    .retain(|e| !(e.key == key && e.guard.id() == id));
+                let answer = if registry.entries.len() < before {
+                    registry.publish();
                     Ok(())
                 } else {
                     Err(GuardsError::NotOwner(id))
                 };
-                drop(entries);
+                drop(registry);
                 let _ = reply.send(answer);
             }
             GuardSetMsg::Evaluate { call, reply } => {
-                let _ = reply.send(evaluate(&state.store, &call));
+                let snapshot = state.store.snapshot();
+                if snapshot.is_empty() {
+                    let _ = reply.send(GuardVerdict::Abstain);
+                } else {
+                    tokio::spawn(async move {
+                        let _ = reply.send(snapshot.evaluate(call).await);
+                    });
+                }
+            }
+            GuardSetMsg::Snapshot { reply } => {
+                let _ = reply.send(state.store.snapshot());
             }
             GuardSetMsg::List { reply } => {
-                let ids = state
-                    .store
-                    .entries()
-                    .iter()
-                    .map(|e| e.guard.id().to_string())
-                    .collect();
-                let _ = reply.send(ids);
+                let _ = reply.send(state.store.snapshot().ids());
             }
         }
         Ok(())
     }
 }
 
-type Current = Arc<RwLock<Option<ActorRef<GuardSetMsg>>>>;
+/// Where the guard-set actor is.
+enum Slot {
+    /// Running: ask it.
+    Running(ActorRef<GuardSetMsg>),
+    /// Down, and the supervisor is starting a new one.
+    Restarting,
+    /// The supervisor could not restart it and failed; the set stays down for good.
+    Failed(String),
+    /// Shut down.
+    Stopped,
+}
 
-fn current_ref(current: &Current) -> Option<ActorRef<GuardSetMsg>> {
-    current.read().unwrap_or_else(|e| e.into_inner()).clone()
+type Current = Arc<RwLock<Slot>>;
+
+fn set_slot(current: &Current, slot: Slot) {
+    *current.write().unwrap_or_else(|e| e.into_inner()) = slot;
+}
+
+fn current_ref(current: &Current) -> Result<ActorRef<GuardSetMsg>, GuardsError> {
+    match &*current.read().unwrap_or_else(|e| e.into_inner()) {
+        Slot::Running(actor) => Ok(actor.clone()),
+        Slot::Restarting => Err(GuardsError::Unavailable("restarting".into())),
+        Slot::Failed(why) => Err(GuardsError::Unavailable(format!(
+            "its supervisor failed ({why})"
+        ))),
+        Slot::Stopped => Err(GuardsError::Unavailable("shut down".into())),
+    }
 }
 
 struct GuardSupervisor;
@@ -213,6 +356,9 @@ struct SupervisorArgs {
     store: Arc<Store>,
     current: Current,
     restarts: Arc<AtomicU64>,
+    /// Test-only fault injection: every restart fails.
+    #[cfg(test)]
+    fail_restarts: bool,
 }
 
 struct SupervisorState {
@@ -227,8 +373,19 @@ async fn spawn_child(
 ) -> Result<ActorCell, ActorProcessingErr> {
     let (child, _) =
         Actor::spawn_linked(None, GuardSetActor, args.store.clone(), myself.get_cell()).await?;
-    *args.current.write().unwrap_or_else(|e| e.into_inner()) = Some(child.clone());
+    set_slot(&args.current, Slot::Running(child.clone()));
     Ok(child.get_cell())
+}
+
+async fn restart_child(
+    myself: &ActorRef<()>,
+    args: &SupervisorArgs,
+) -> Result<ActorCell, ActorProcessingErr> {
+    #[cfg(test)]
+    if args.fail_restarts {
+        return Err("injected restart failure".into());
+    }
+    spawn_child(myself, args).await
 }
 
 impl Actor for GuardSupervisor {
@@ -271,13 +428,26 @@ impl Actor for GuardSupervisor {
         };
         if dead.is_some() && dead == state.child.as_ref().map(|c| c.get_id()) {
             tracing::warn!(event = ?evt, "guard-set actor ended; restarting it (calls are denied meanwhile)");
-            *state
-                .args
-                .current
-                .write()
-                .unwrap_or_else(|e| e.into_inner()) = None;
-            state.child = Some(spawn_child(&myself, &state.args).await?);
-            state.args.restarts.fetch_add(1, Ordering::Relaxed);
+            set_slot(&state.args.current, Slot::Restarting);
+            state.child = None;
+            match restart_child(&myself, &state.args).await {
+                Ok(child) => {
+                    state.child = Some(child);
+                    state.args.restarts.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    // The set stays down for good: every call is denied from now on. Say so
+                    // loudly, and fail, so that a host this supervisor is linked under hears
+                    // of it as `ActorFailed` (`post_stop` does not run on this path).
+                    let why = format!("the guard-set actor could not be restarted: {e}");
+                    tracing::error!(
+                        error = %e,
+                        "guard-set actor could not be restarted; the guard set is down for good and denies every call"
+                    );
+                    set_slot(&state.args.current, Slot::Failed(why.clone()));
+                    return Err(why.into());
+                }
+            }
         }
         Ok(())
     }
@@ -287,11 +457,7 @@ impl Actor for GuardSupervisor {
         myself: ActorRef<()>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        *state
-            .args
-            .current
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        set_slot(&state.args.current, Slot::Stopped);
         myself
             .stop_children_and_wait(
                 Some("guard set shut down".into()),
@@ -309,6 +475,7 @@ pub struct GuardSet {
     supervisor: ActorRef<()>,
     restarts: Arc<AtomicU64>,
     timeout: Duration,
+    evaluation_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for GuardSet {
@@ -330,16 +497,50 @@ fn unavailable<T>(r: Result<CallResult<T>, impl fmt::Display>) -> Result<T, Guar
     }
 }
 
+fn fail_closed(e: &GuardsError) -> GuardVerdict {
+    tracing::warn!(error = %e, "guard set unavailable; denying");
+    GuardVerdict::Deny(format!("{e}; denied to be safe"))
+}
+
 impl GuardSet {
-    /// Starts the guard set and its supervisor, linked under `host` if given.
+    /// Starts the guard set: a supervisor and, under it, the guard-set actor.
+    ///
+    /// - `None`: the supervisor is unlinked. When the actor dies, the supervisor restarts it
+    ///   (with the guards it held); if that restart fails, the failure is logged at `error`
+    ///   level and the set stays down for good: every evaluation is a denial whose reason says
+    ///   the supervisor failed, and [`GuardSet::register`] and the owner operations return
+    ///   [`GuardsError::Unavailable`].
+    /// - `Some(host)`: the supervisor is linked under `host` (e.g. a service's or a session's
+    ///   actor). Restarts of the guard-set actor stay inside and the host sees nothing of them.
+    ///   A failed restart fails the supervisor, so the host receives
+    ///   [`SupervisionEvent::ActorFailed`] for [`GuardSet::supervisor_cell`] (its message says
+    ///   the actor could not be restarted), and decides what to do (e.g. spawn a new set, or
+    ///   fail itself). [`GuardSet::shutdown`] reaches the host as
+    ///   [`SupervisionEvent::ActorTerminated`]. The host must override
+    ///   `handle_supervisor_evt`: ractor's default stops the host when any child exits, even
+    ///   normally. If the host itself stops, the supervisor and the actor are killed, and every
+    ///   evaluation through this handle is a denial from then on.
+    ///
+    /// In both cases calls are denied, never allowed, while the actor is down.
     pub async fn spawn(host: Option<ActorCell>) -> Result<GuardSet, GuardsError> {
-        let current: Current = Arc::new(RwLock::new(None));
+        let current: Current = Arc::new(RwLock::new(Slot::Restarting));
         let restarts = Arc::new(AtomicU64::new(0));
         let args = SupervisorArgs {
             store: Arc::new(Store::default()),
             current: current.clone(),
             restarts: restarts.clone(),
+            #[cfg(test)]
+            fail_restarts: false,
         };
+        Self::spawn_with(host, args).await
+    }
+
+    async fn spawn_with(
+        host: Option<ActorCell>,
+        args: SupervisorArgs,
+    ) -> Result<GuardSet, GuardsError> {
+        let current = args.current.clone();
+        let restarts = args.restarts.clone();
         let spawned = match host {
             Some(host) => Actor::spawn_linked(None, GuardSupervisor, args, host).await,
             None => Actor::spawn(None, GuardSupervisor, args).await,
@@ -350,17 +551,38 @@ impl GuardSet {
             supervisor,
             restarts,
             timeout: Duration::from_secs(5),
+            evaluation_timeout: Some(DEFAULT_EVALUATION_TIMEOUT),
         })
     }
 
-    /// How long an evaluation may wait for the actor before it counts as a denial.
+    /// How long a request may wait for the actor before it counts as a denial (for an
+    /// evaluation) or as [`GuardsError::Unavailable`] (for the others). Default 5 s. The
+    /// guards' own running time is not part of it: see
+    /// [`GuardSet::with_evaluation_timeout`].
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
+    /// How long the guards may take to check one call before the call is denied (fail-closed).
+    /// Default 5 s ([`DEFAULT_EVALUATION_TIMEOUT`]): a guard that hangs must not leave its call
+    /// without a result, and not answering is never an allow. A slow guard delays only the
+    /// call it checks. A guard still running when the limit passes finishes on its own thread
+    /// and is not heard.
+    pub fn with_evaluation_timeout(mut self, limit: Duration) -> Self {
+        self.evaluation_timeout = Some(limit);
+        self
+    }
+
+    /// No limit on the guards' running time: a guard that hangs holds its call until the call
+    /// is cancelled. For guards that legitimately wait long (a human in the loop).
+    pub fn without_evaluation_timeout(mut self) -> Self {
+        self.evaluation_timeout = None;
+        self
+    }
+
     fn actor(&self) -> Result<ActorRef<GuardSetMsg>, GuardsError> {
-        current_ref(&self.current).ok_or_else(|| GuardsError::Unavailable("restarting".into()))
+        current_ref(&self.current)
     }
 
     /// Registers a guard. A taken id is refused.
@@ -387,23 +609,39 @@ impl GuardSet {
         })
     }
 
+    /// The guards as registered now, from the actor (which must be up to answer).
+    pub async fn snapshot(&self) -> Result<GuardSnapshot, GuardsError> {
+        let actor = self.actor()?;
+        unavailable(
+            actor
+                .call(|reply| GuardSetMsg::Snapshot { reply }, Some(self.timeout))
+                .await,
+        )
+    }
+
     /// Asks every guard about `call`. Any failure to ask is a denial.
+    ///
+    /// The actor only hands over the current [`GuardSnapshot`]; the guards then run for this
+    /// call alone (on the blocking pool), so a slow guard delays this call and no other.
     pub async fn evaluate(&self, call: GuardCall) -> GuardVerdict {
-        let asked = match self.actor() {
-            Ok(actor) => unavailable(
-                actor
-                    .call(
-                        |reply| GuardSetMsg::Evaluate { call, reply },
-                        Some(self.timeout),
-                    )
-                    .await,
-            ),
-            Err(e) => Err(e),
+        let snapshot = match self.snapshot().await {
+            Ok(snapshot) => snapshot,
+            Err(e) => return fail_closed(&e),
         };
-        asked.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "guard set unavailable; denying");
-            GuardVerdict::Deny(format!("{e}; denied to be safe"))
-        })
+        let Some(limit) = self.evaluation_timeout else {
+            return snapshot.evaluate(call).await;
+        };
+        let call_id = call.call_id.clone();
+        match tokio::time::timeout(limit, snapshot.evaluate(call)).await {
+            Ok(verdict) => verdict,
+            Err(_) => {
+                tracing::warn!(call_id = %call_id, limit_ms = limit.as_millis() as u64, "guards did not answer in time; denying");
+                GuardVerdict::Deny(format!(
+                    "the guards did not answer within {} ms; denied to be safe",
+                    limit.as_millis()
+                ))
+            }
+        }
     }
 
     /// The ids of the registered guards, in evaluation order.
@@ -416,12 +654,14 @@ impl GuardSet {
         )
     }
 
-    /// The current guard-set actor (for supervision and fault-injection tests).
+    /// The current guard-set actor (for supervision and fault-injection tests); `None` while it
+    /// is down.
     pub fn actor_cell(&self) -> Option<ActorCell> {
-        current_ref(&self.current).map(|a| a.get_cell())
+        current_ref(&self.current).ok().map(|a| a.get_cell())
     }
 
-    /// The supervisor that restarts the guard-set actor.
+    /// The supervisor that restarts the guard-set actor (the child of the host given to
+    /// [`GuardSet::spawn`], if any).
     pub fn supervisor_cell(&self) -> ActorCell {
         self.supervisor.get_cell()
     }
@@ -487,5 +727,215 @@ impl GuardOwner {
                 )
                 .await,
         )?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::FnGuard;
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    /// A host that records what it hears of its children and never stops because of them.
+    struct Host;
+
+    impl Actor for Host {
+        type Msg = ();
+        type State = mpsc::UnboundedSender<SupervisionEvent>;
+        type Arguments = mpsc::UnboundedSender<SupervisionEvent>;
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<()>,
+            events: Self::Arguments,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(events)
+        }
+
+        async fn handle_supervisor_evt(
+            &self,
+            _myself: ActorRef<()>,
+            evt: SupervisionEvent,
+            events: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            let _ = events.send(evt);
+            Ok(())
+        }
+    }
+
+    async fn host() -> (ActorRef<()>, mpsc::UnboundedReceiver<SupervisionEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (host, _) = Actor::spawn(None, Host, tx).await.unwrap();
+        (host, rx)
+    }
+
+    fn args(fail_restarts: bool) -> SupervisorArgs {
+        SupervisorArgs {
+            store: Arc::new(Store::default()),
+            current: Arc::new(RwLock::new(Slot::Restarting)),
+            restarts: Arc::new(AtomicU64::new(0)),
+            fail_restarts,
+        }
+    }
+
+    /// The next event the host hears about `who` that is not `ActorStarted`.
+    async fn next_exit(
+        events: &mut mpsc::UnboundedReceiver<SupervisionEvent>,
+        who: &ActorCell,
+    ) -> SupervisionEvent {
+        loop {
+            let evt = tokio::time::timeout(Duration::from_secs(10), events.recv())
+                .await
+                .expect("the host heard nothing")
+                .expect("the host is gone");
+            match &evt {
+                SupervisionEvent::ActorTerminated(cell, _, _)
+                | SupervisionEvent::ActorFailed(cell, _)
+                    if cell.get_id() == who.get_id() =>
+                {
+                    return evt;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_restart_fails_the_supervisor_towards_its_host_and_denies_for_good() {
+        let (host, mut events) = host().await;
+        let set = GuardSet::spawn_with(Some(host.get_cell()), args(true))
+            .await
+            .unwrap();
+        let _owner = set
+            .register(FnGuard::new("g", |_c: &GuardCall| GuardVerdict::Abstain))
+            .await
+            .unwrap();
+        set.actor_cell().unwrap().kill();
+
+        match next_exit(&mut events, &set.supervisor_cell()).await {
+            SupervisionEvent::ActorFailed(_, err) => {
+                let err = err.to_string();
+                assert!(err.contains("could not be restarted"), "{err}");
+                assert!(err.contains("injected restart failure"), "{err}");
+            }
+            other => panic!("expected ActorFailed, got {other:?}"),
+        }
+
+        // Down for good: denied (with a reason that says why), never allowed.
+        let verdict = set.evaluate(GuardCall::new("c", "t", json!({}))).await;
+        let GuardVerdict::Deny(reason) = verdict else {
+            panic!("a failed guard set let a call through")
+        };
+        assert!(reason.contains("supervisor failed"), "{reason}");
+        assert!(reason.contains("could not be restarted"), "{reason}");
+        assert!(matches!(
+            set.register(FnGuard::new("late", |_c: &GuardCall| GuardVerdict::Abstain))
+                .await,
+            Err(GuardsError::Unavailable(_))
+        ));
+        assert!(set.actor_cell().is_none());
+        assert_eq!(set.restarts(), 0);
+        host.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn under_a_host_a_restart_stays_inside_and_shutdown_is_a_normal_exit() {
+        let (host, mut events) = host().await;
+        let set = GuardSet::spawn(Some(host.get_cell())).await.unwrap();
+        let _owner = set
+            .register(FnGuard::new("no-rm", |c: &GuardCall| {
+                if c.tool == "rm" {
+                    GuardVerdict::Deny("never".into())
+                } else {
+                    GuardVerdict::Abstain
+                }
+            }))
+            .await
+            .unwrap();
+        let first = set.actor_cell().unwrap();
+        first.kill();
+        let mut back = false;
+        for _ in 0..1000 {
+            if set.restarts() == 1
+                && set
+                    .actor_cell()
+                    .is_some_and(|c| c.get_id() != first.get_id())
+            {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(back, "the guard-set actor was not restarted");
+        assert_eq!(
+            set.evaluate(GuardCall::new("c", "rm", json!({}))).await,
+            GuardVerdict::Deny("guard `no-rm`: never".into()),
+            "the guard survived the restart"
+        );
+
+        set.shutdown().await;
+        match next_exit(&mut events, &set.supervisor_cell()).await {
+            SupervisionEvent::ActorTerminated(..) => {}
+            other => panic!("expected ActorTerminated, got {other:?}"),
+        }
+        let verdict = set.evaluate(GuardCall::new("c", "ls", json!({}))).await;
+        assert!(
+            matches!(&verdict, GuardVerdict::Deny(r) if r.contains("shut down")),
+            "{verdict:?}"
+        );
+        host.stop_and_wait(None, None).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_direct_evaluate_message_does_not_wait_behind_a_slow_guard() {
+        let set = GuardSet::spawn(None).await.unwrap();
+        let (entered_tx, mut entered) = mpsc::unbounded_channel::<()>();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let held = Mutex::new(held);
+        let _owner = set
+            .register(FnGuard::new("gate", move |c: &GuardCall| {
+                if c.arguments.get("slow").is_some() {
+                    let _ = entered_tx.send(());
+                    let _ = held.lock().unwrap().recv_timeout(Duration::from_secs(60));
+                    GuardVerdict::Deny("slow one".into())
+                } else {
+                    GuardVerdict::Abstain
+                }
+            }))
+            .await
+            .unwrap();
+        let actor = set.actor().unwrap();
+        let ask = |call: GuardCall| {
+            let actor = actor.clone();
+            async move {
+                actor
+                    .call(
+                        |reply| GuardSetMsg::Evaluate { call, reply },
+                        Some(Duration::from_secs(30)),
+                    )
+                    .await
+            }
+        };
+        let slow = tokio::spawn(ask(GuardCall::new("slow", "t", json!({"slow": true}))));
+        tokio::time::timeout(Duration::from_secs(10), entered.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let quick = tokio::time::timeout(
+            Duration::from_secs(10),
+            ask(GuardCall::new("quick", "t", json!({}))),
+        )
+        .await
+        .expect("the actor's mailbox waited behind the slow guard")
+        .unwrap();
+        assert!(matches!(quick, CallResult::Success(GuardVerdict::Abstain)));
+        assert!(!slow.is_finished());
+        release.send(()).unwrap();
+        let slow = slow.await.unwrap().unwrap();
+        assert!(
+            matches!(&slow, CallResult::Success(GuardVerdict::Deny(r)) if r == "guard `gate`: slow one")
+        );
+        set.shutdown().await;
     }
 }

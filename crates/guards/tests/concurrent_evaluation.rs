@@ -1,0 +1,217 @@
+//! Evaluation does not serialize behind one guard: a slow guard delays only the call it is
+//! checking, and a panicking guard denies only its call.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use dsh_guards::{FnGuard, GuardCall, GuardSet, GuardVerdict};
+use serde_json::json;
+use std::sync::Mutex;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+/// Generous: nothing here should take more than milliseconds; the bound only keeps a broken
+/// build from hanging. It is longer than the guard set's 5 s request timeout, so an
+/// evaluation queued behind the slow guard (and denied for it) fails the test either way.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A guard that, for a call whose arguments say `"slow": true`, reports that it started and
+/// then blocks its thread until released (at most a minute, so a failing test still ends). It
+/// denies `rm` and abstains on everything else.
+fn gate() -> (
+    FnGuard<impl Fn(&GuardCall) -> GuardVerdict + Send + Sync>,
+    mpsc::UnboundedReceiver<String>,
+    std_mpsc::Sender<()>,
+) {
+    let (entered_tx, entered) = mpsc::unbounded_channel::<String>();
+    let (release, held) = std_mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let guard = FnGuard::new("gate", move |c: &GuardCall| {
+        if c.arguments.get("slow").and_then(|v| v.as_bool()) == Some(true) {
+            let _ = entered_tx.send(c.call_id.clone());
+            let _ = held.lock().unwrap().recv_timeout(Duration::from_secs(60));
+            return GuardVerdict::Deny("checked slowly".into());
+        }
+        if c.tool == "rm" {
+            GuardVerdict::Deny("no rm".into())
+        } else {
+            GuardVerdict::Abstain
+        }
+    });
+    (guard, entered, release)
+}
+
+// A current-thread runtime: if the guards ran on the runtime's own thread, the blocked guard
+// would stall every other evaluation too.
+#[tokio::test]
+async fn a_slow_guard_delays_only_the_call_it_checks() {
+    let set = GuardSet::spawn(None).await.unwrap();
+    let (guard, mut entered, release) = gate();
+    let _owner = set.register(guard).await.unwrap();
+
+    let slow = tokio::spawn({
+        let set = set.clone();
+        async move {
+            set.evaluate(GuardCall::new("slow", "write_file", json!({"slow": true})))
+                .await
+        }
+    });
+    let started = tokio::time::timeout(PATIENCE, entered.recv())
+        .await
+        .expect("the slow guard never started")
+        .unwrap();
+    assert_eq!(started, "slow");
+
+    // While the guard holds the slow call, twenty other calls are evaluated concurrently and
+    // all get their own verdicts.
+    let mut others = JoinSet::new();
+    for i in 0..20 {
+        let set = set.clone();
+        let tool = if i % 2 == 0 { "rm" } else { "ls" };
+        others.spawn(async move {
+            let verdict = set
+                .evaluate(GuardCall::new(format!("c{i}"), tool, json!({"path": "a"})))
+                .await;
+            (tool, verdict)
+        });
+    }
+    let mut answered = 0;
+    while let Some(joined) = tokio::time::timeout(PATIENCE, others.join_next())
+        .await
+        .expect("other calls waited behind the slow guard")
+    {
+        let (tool, verdict) = joined.unwrap();
+        let expected = if tool == "rm" {
+            GuardVerdict::Deny("guard `gate`: no rm".into())
+        } else {
+            GuardVerdict::Abstain
+        };
+        assert_eq!(verdict, expected, "{tool}");
+        answered += 1;
+    }
+    assert_eq!(answered, 20);
+
+    // Registration is not held up either.
+    let late = tokio::time::timeout(
+        PATIENCE,
+        set.register(FnGuard::new("late", |_c: &GuardCall| GuardVerdict::Abstain)),
+    )
+    .await
+    .expect("registration waited behind the slow guard")
+    .unwrap();
+    assert_eq!(set.ids().await.unwrap(), ["gate", "late"]);
+
+    // The slow call is still waiting for its guard, and gets that guard's verdict once it
+    // answers.
+    assert!(
+        !slow.is_finished(),
+        "the slow call did not wait for its guard"
+    );
+    release.send(()).unwrap();
+    let verdict = tokio::time::timeout(PATIENCE, slow)
+        .await
+        .expect("the slow call never finished")
+        .unwrap();
+    assert_eq!(
+        verdict,
+        GuardVerdict::Deny("guard `gate`: checked slowly".into())
+    );
+    late.unregister().await.unwrap();
+    set.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_evaluation_limit_denies_only_the_slow_call() {
+    let set = GuardSet::spawn(None)
+        .await
+        .unwrap()
+        .with_evaluation_timeout(Duration::from_millis(50));
+    let (guard, mut entered, release) = gate();
+    let _owner = set.register(guard).await.unwrap();
+
+    let verdict = tokio::time::timeout(
+        PATIENCE,
+        set.evaluate(GuardCall::new("slow", "ls", json!({"slow": true}))),
+    )
+    .await
+    .expect("the evaluation limit did not end the wait");
+    match verdict {
+        GuardVerdict::Deny(reason) => {
+            assert!(reason.contains("did not answer within 50 ms"), "{reason}")
+        }
+        GuardVerdict::Abstain => panic!("a guard that did not answer let the call through"),
+    }
+    assert_eq!(entered.recv().await.as_deref(), Some("slow"));
+
+    // The guard is still blocked on its thread; other calls are unaffected.
+    assert_eq!(
+        set.evaluate(GuardCall::new("c", "ls", json!({}))).await,
+        GuardVerdict::Abstain
+    );
+    assert_eq!(
+        set.evaluate(GuardCall::new("d", "rm", json!({}))).await,
+        GuardVerdict::Deny("guard `gate`: no rm".into())
+    );
+    release.send(()).unwrap();
+    set.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_panicking_guard_denies_its_call_and_the_set_keeps_serving() {
+    let set = GuardSet::spawn(None).await.unwrap();
+    let _owner = set
+        .register(FnGuard::new("fragile", |c: &GuardCall| {
+            if c.arguments.get("boom").is_some() {
+                panic!("guard exploded")
+            }
+            GuardVerdict::Abstain
+        }))
+        .await
+        .unwrap();
+    let verdict = set
+        .evaluate(GuardCall::new("c1", "ls", json!({"boom": true})))
+        .await;
+    assert_eq!(
+        verdict,
+        GuardVerdict::Deny("guard `fragile` failed while checking the call".into())
+    );
+    assert_eq!(
+        set.evaluate(GuardCall::new("c2", "ls", json!({}))).await,
+        GuardVerdict::Abstain
+    );
+    assert_eq!(set.restarts(), 0, "a guard's panic is not the actor's");
+    assert_eq!(set.ids().await.unwrap(), ["fragile"]);
+    set.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_evaluation_sees_every_change_made_before_it() {
+    let set = GuardSet::spawn(None).await.unwrap();
+    let call = || GuardCall::new("c", "ls", json!({}));
+    assert_eq!(set.evaluate(call()).await, GuardVerdict::Abstain);
+    let owner = set
+        .register(FnGuard::new("g", |_c: &GuardCall| GuardVerdict::Abstain))
+        .await
+        .unwrap();
+    assert_eq!(set.evaluate(call()).await, GuardVerdict::Abstain);
+    owner
+        .replace(FnGuard::new("g", |_c: &GuardCall| {
+            GuardVerdict::Deny("strict".into())
+        }))
+        .await
+        .unwrap();
+    assert_eq!(
+        set.evaluate(call()).await,
+        GuardVerdict::Deny("guard `g`: strict".into())
+    );
+    let snapshot = set.snapshot().await.unwrap();
+    assert_eq!(snapshot.ids(), ["g"]);
+    owner.unregister().await.unwrap();
+    assert_eq!(set.evaluate(call()).await, GuardVerdict::Abstain);
+    // A snapshot taken before the removal keeps the set it was taken from.
+    assert_eq!(
+        snapshot.evaluate(call()).await,
+        GuardVerdict::Deny("guard `g`: strict".into())
+    );
+    set.shutdown().await;
+}
