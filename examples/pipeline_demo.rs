@@ -84,10 +84,12 @@ async fn main() {
     hooks.pre_execute(PermissionRules::from_toml(r#"deny = ["write_file(secrets/**)"]"#).unwrap());
     hooks.around(MetricsLayer::default());
     hooks.around(RetryLayer);
-    hooks.around(TimeoutLayer::default().with_default_ms(30_000));
 
+    // The harness installs the timeout wrapper innermost (inside metrics and retry); this one
+    // also gives tools without their own `timeout_ms` a 30 s deadline.
     let harness = HarnessBuilder::new(registry)
         .hooks(hooks)
+        .timeout(TimeoutLayer::default().with_default_ms(30_000))
         .build()
         .await
         .unwrap();

@@ -175,61 +175,149 @@ async fn panics_anywhere_in_the_chain_become_results_and_the_session_goes_on() {
     recovered_check(&path);
 }
 
+/// Kills the guard-set actor just as the calls named in `at` leave pre-execute, so their
+/// guard check goes to an actor that is going down (or already gone, or restarting).
+struct KillGuardSetAt {
+    at: Vec<String>,
+    guards: Arc<std::sync::OnceLock<dsh::guards::GuardSet>>,
+    killed: Arc<std::sync::Mutex<Vec<ractor::ActorId>>>,
+}
+#[async_trait]
+impl PreExecuteHandler for KillGuardSetAt {
+    fn name(&self) -> &str {
+        "kill-guard-set"
+    }
+    async fn pre_execute(&self, c: &PreExecuteContext<'_>) -> Result<PreExecuteOutcome, HookError> {
+        if self.at.iter().any(|id| id == c.call_id)
+            && let Some(cell) = self.guards.get().and_then(|g| g.actor_cell())
+        {
+            self.killed.lock().unwrap().push(cell.get_id());
+            cell.kill();
+        }
+        Ok(PreExecuteOutcome::abstain())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_guard_set_mid_step_denies_until_it_is_back() {
     let probe = Arc::new(Probe::default());
-    let (harness, session, log) = open(
-        probe_registry(&probe),
-        Hooks::new(),
-        SchedulerConfig::default(),
-    )
-    .await;
+    let guards_slot: Arc<std::sync::OnceLock<dsh::guards::GuardSet>> = Arc::default();
+    let killed: Arc<std::sync::Mutex<Vec<ractor::ActorId>>> = Arc::default();
+    let mut hooks = Hooks::new();
+    hooks.pre_execute(KillGuardSetAt {
+        at: ["p5", "p15", "p25", "p35", "p45"]
+            .map(String::from)
+            .to_vec(),
+        guards: guards_slot.clone(),
+        killed: killed.clone(),
+    });
+    let (harness, session, log) =
+        open(probe_registry(&probe), hooks, SchedulerConfig::default()).await;
     let guards = harness.pipeline().guards().clone();
+    guards_slot.set(guards.clone()).unwrap();
+    // The guard abstains, noting every call it was asked about: a call it never saw was not
+    // checked, and must not have been allowed.
+    let seen_by_guard: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen = seen_by_guard.clone();
     let _owner = guards
-        .register(FnGuard::new("count", |_c: &GuardCall| {
+        .register(FnGuard::new("gate", move |c: &GuardCall| {
+            seen.lock().unwrap().push(c.call_id.clone());
             GuardVerdict::Abstain
         }))
         .await
         .unwrap();
-    // A step of exclusive calls: each asks the guard set in turn; kill it in the middle.
-    let s = session.clone();
-    let step = tokio::spawn(async move {
-        let calls = (0..40)
-            .map(|i| call(&format!("c{i}"), "ex", json!({"sleep_ms": 2})))
-            .collect();
-        s.run_step(StepRequest::new(calls)).await.unwrap()
-    });
-    while probe.started.load(Ordering::SeqCst) < 5 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    // Parallel calls through the pool, then exclusive ones; the guard set is killed five
+    // times among the parallel ones.
+    let calls = (0..50)
+        .map(|i| call(&format!("p{i}"), "par", json!({"sleep_ms": 1})))
+        .chain((0..10).map(|i| call(&format!("x{i}"), "ex", json!({}))))
+        .collect();
+    let out = session.run_step(StepRequest::new(calls)).await.unwrap();
+    let killed = killed.lock().unwrap().clone();
+    assert!(!killed.is_empty(), "the guard set was never killed");
+
+    let seen = seen_by_guard.lock().unwrap().clone();
+    let codes: Vec<(String, &str)> = out
+        .results
+        .iter()
+        .map(|r| (r.call_id().to_string(), code(r)))
+        .collect();
+    // Never allowed while down: a call is allowed exactly when the guards were run on it;
+    // every other call is denied, saying the guard set could not be asked.
+    for r in &out.results {
+        let asked = seen.iter().any(|id| id == r.call_id());
+        assert_eq!(
+            code(r) == "ok",
+            asked,
+            "{}: {} (its guards ran: {asked})",
+            r.call_id(),
+            r.text()
+        );
+        if !asked {
+            assert_eq!(code(r), "DENIED", "{}: {}", r.call_id(), r.text());
+            assert!(
+                r.text().contains("denied to be safe"),
+                "{}: {}",
+                r.call_id(),
+                r.text()
+            );
+        }
     }
-    guards.actor_cell().unwrap().kill();
-    let out = step.await.unwrap();
-    let codes: Vec<_> = out.results.iter().map(code).collect();
-    // Never allowed while down: every call is either ok (asked a live guard set) or DENIED.
+    let denied = codes.iter().filter(|(_, c)| *c == "DENIED").count();
     assert!(
-        codes.iter().all(|c| *c == "ok" || *c == "DENIED"),
-        "{codes:?}"
+        denied > 0,
+        "calls that reached the guard set while it was down were denied: {codes:?}"
     );
-    let denied = out.results.iter().filter(|r| code(r) == "DENIED").count();
     assert_eq!(
         probe.started.load(Ordering::SeqCst),
-        40 - denied,
+        out.results.len() - denied,
         "a denied call never ran"
     );
-    // Once restarted, calls are allowed again, and the session keeps serving.
-    for _ in 0..400 {
-        if guards.restarts() >= 1 && guards.actor_cell().is_some() {
-            break;
-        }
+    // Its supervisor brought it back: at least one restart, and a live actor that is none of
+    // the killed ones.
+    let start = std::time::Instant::now();
+    while !(guards.restarts() >= 1
+        && guards
+            .actor_cell()
+            .is_some_and(|c| !killed.contains(&c.get_id())))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the supervisor did not restart the guard set (restarts: {})",
+            guards.restarts()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    assert!(
+        guards.restarts() <= killed.len() as u64,
+        "one restart per kill at most"
+    );
+    // Once restarted, calls are allowed again, checked by the same guard.
+    assert_eq!(
+        guards.ids().await.unwrap(),
+        ["gate"],
+        "the guard survived the restarts"
+    );
     let next = session
-        .run_step(StepRequest::new(vec![call("after", "par", json!({}))]))
+        .run_step(StepRequest::new(vec![
+            call("after1", "par", json!({})),
+            call("after2", "ex", json!({})),
+        ]))
         .await
         .unwrap();
-    assert_eq!(code(&next.results[0]), "ok");
+    assert_eq!(
+        next.results.iter().map(code).collect::<Vec<_>>(),
+        ["ok", "ok"]
+    );
+    let seen = seen_by_guard.lock().unwrap().clone();
+    assert!(
+        ["after1", "after2"]
+            .iter()
+            .all(|id| seen.iter().any(|s| s == id)),
+        "the restarted guard set ran its guard: {seen:?}"
+    );
     let events: Vec<SessionEvent> = log.snapshot().await.unwrap();
-    assert!(check::check(&events).is_ok());
+    check::check(&events).unwrap();
     session.shutdown().await;
     harness.shutdown().await;
 }

@@ -28,10 +28,8 @@ fn registry_with(probe: &Arc<Probe>, tweak: impl Fn(&mut ProbeTool)) -> Arc<Tool
 async fn timeout_reads_timeout_ms_and_answers_tool_timeout() {
     let probe = Arc::new(Probe::default());
     let registry = registry_with(&probe, |t| t.timeout_ms = Some(50));
-    let mut hooks = Hooks::new();
-    hooks.around(TimeoutLayer::default());
     let builder = HarnessBuilder::new(registry)
-        .hooks(hooks)
+        .timeout(TimeoutLayer::default())
         .config(quick_config());
     let (harness, session, _log) = open_with(builder, SchedulerConfig::default()).await;
     let started = tokio::time::Instant::now();
@@ -71,9 +69,9 @@ async fn timeout_reads_timeout_ms_and_answers_tool_timeout() {
 async fn a_default_timeout_applies_to_tools_without_their_own() {
     let probe = Arc::new(Probe::default());
     let registry = registry_with(&probe, |_| {});
-    let mut hooks = Hooks::new();
-    hooks.around(TimeoutLayer::default().with_default_ms(100));
-    let (harness, session, _log) = open(registry, hooks, SchedulerConfig::default()).await;
+    let builder =
+        HarnessBuilder::new(registry).timeout(TimeoutLayer::default().with_default_ms(100));
+    let (harness, session, _log) = open_with(builder, SchedulerConfig::default()).await;
     let out = session
         .run_step(StepRequest::new(vec![call(
             "c",
@@ -290,6 +288,150 @@ async fn body_errors_and_output_schema_violations_get_their_codes() {
         "names what is missing: {}",
         out.results[1].text()
     );
+    session.shutdown().await;
+    harness.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plain_harness_applies_a_definitions_timeout_ms_and_can_opt_out() {
+    quiet_intentional_panics();
+    let probe = Arc::new(Probe::default());
+    // No hooks at all: the harness installs the timeout wrapper itself.
+    let harness = HarnessBuilder::new(registry_with(&probe, |t| t.timeout_ms = Some(50)))
+        .build()
+        .await
+        .unwrap();
+    let session = harness
+        .open(
+            dsh::session::SessionLog::memory().await.unwrap(),
+            SchedulerConfig::default(),
+            None,
+        )
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let out = session
+        .run_step(StepRequest::new(vec![
+            call("listens", "slow", json!({"sleep_ms": 10_000})),
+            call(
+                "ignores",
+                "slow",
+                json!({"sleep_ms": 10_000, "ignore_cancel": true}),
+            ),
+            call("fast", "slow", json!({"sleep_ms": 10})),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(code(&out.results[0]), "TOOL_TIMEOUT");
+    assert_eq!(code(&out.results[1]), "TOOL_TIMEOUT");
+    assert!(
+        out.results[1].text().contains("50 ms"),
+        "{}",
+        out.results[1].text()
+    );
+    assert_eq!(code(&out.results[2]), "ok");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    session.shutdown().await;
+    harness.shutdown().await;
+
+    // Opted out, the same definition runs as long as its body takes.
+    let harness = HarnessBuilder::new(registry_with(&probe, |t| t.timeout_ms = Some(50)))
+        .without_timeout()
+        .build()
+        .await
+        .unwrap();
+    let session = harness
+        .open(
+            dsh::session::SessionLog::memory().await.unwrap(),
+            SchedulerConfig::default(),
+            None,
+        )
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let out = session
+        .run_step(StepRequest::new(vec![call(
+            "long",
+            "slow",
+            json!({"sleep_ms": 300}),
+        )]))
+        .await
+        .unwrap();
+    assert_eq!(code(&out.results[0]), "ok", "{}", out.results[0].text());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    session.shutdown().await;
+    harness.shutdown().await;
+}
+
+/// Answers some calls itself, by call id, and passes the others on.
+struct Gatekeeper;
+
+#[async_trait]
+impl Around for Gatekeeper {
+    fn name(&self) -> &str {
+        "gatekeeper"
+    }
+    async fn around(&self, req: DispatchRequest, next: Next<'_>) -> DispatchOutcome {
+        match req.call_id.as_str() {
+            // A cache that answers without the body, with a value that breaks the schema ...
+            "cached-bad" => Ok(json!({"nope": true})),
+            // ... and one whose value keeps it.
+            "cached-good" => Ok(json!({"shown": "from the cache"})),
+            // A failure of the wrapper's own, with the code bodies use.
+            "quota" => Err(dsh::core::ToolFailure::new("quota exceeded")),
+            _ => next.run(req).await,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_chains_answer_is_checked_and_a_wrappers_own_failure_is_a_pipeline_error() {
+    let probe = Arc::new(Probe::default());
+    let mut hooks = Hooks::new();
+    hooks.around(Gatekeeper);
+    let builder = HarnessBuilder::new(registry_with(&probe, |t| t.timeout_ms = Some(50)))
+        .hooks(hooks)
+        .config(quick_config());
+    let (harness, session, _log) = open_with(builder, SchedulerConfig::default()).await;
+    let out = session
+        .run_step(StepRequest::new(vec![
+            call("cached-bad", "slow", json!({})),
+            call("cached-good", "slow", json!({})),
+            call("quota", "slow", json!({})),
+            call("body-fails", "slow", json!({"fail": "disk full"})),
+            call("body-breaks-schema", "slow", json!({"bad_output": true})),
+            call("times-out", "slow", json!({"sleep_ms": 10_000})),
+        ]))
+        .await
+        .unwrap();
+    let r = &out.results;
+    assert_eq!(
+        code(&r[0]),
+        "TOOL_OUTPUT_ERROR",
+        "a wrapper's value is checked too: {}",
+        r[0].text()
+    );
+    assert!(
+        r[0].text().contains("without running the tool"),
+        "{}",
+        r[0].text()
+    );
+    assert_eq!(code(&r[1]), "ok");
+    assert!(r[1].text().starts_with("from the cache"), "{}", r[1].text());
+    assert_eq!(code(&r[2]), "PIPELINE_ERROR", "{}", r[2].text());
+    assert!(r[2].text().contains("quota exceeded"), "{}", r[2].text());
+    // The body's own failures keep their codes through the wrapper.
+    assert_eq!(code(&r[3]), "TOOL_ERROR");
+    assert_eq!(r[3].error_info().unwrap().message, "disk full");
+    assert_eq!(code(&r[4]), "TOOL_OUTPUT_ERROR");
+    // The timeout wrapper's own answer stays TOOL_TIMEOUT.
+    assert_eq!(code(&r[5]), "TOOL_TIMEOUT", "{}", r[5].text());
+    {
+        let seen = probe.seen.lock().unwrap();
+        for answered_by_the_wrapper in ["cached-bad", "cached-good", "quota"] {
+            assert!(!seen.contains_key(answered_by_the_wrapper));
+        }
+    }
     session.shutdown().await;
     harness.shutdown().await;
 }

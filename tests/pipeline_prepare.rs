@@ -246,6 +246,61 @@ async fn a_failing_or_panicking_handler_is_a_pipeline_error_and_nothing_runs() {
     }
 }
 
+/// Fails for calls whose `text` is "fail", and cannot even say its name then: the panic
+/// escapes the waterfall's own guard (which covers the handler's answer, not its name).
+struct Nameless;
+
+#[async_trait]
+impl PreExecuteHandler for Nameless {
+    fn name(&self) -> &str {
+        panic!("name() exploded")
+    }
+    async fn pre_execute(
+        &self,
+        call: &PreExecuteContext<'_>,
+    ) -> Result<PreExecuteOutcome, HookError> {
+        if call.arguments.get("text").and_then(Value::as_str) == Some("fail") {
+            return Err(HookError::new("policy service down"));
+        }
+        Ok(PreExecuteOutcome::abstain())
+    }
+}
+
+#[tokio::test]
+async fn a_panic_that_escapes_every_stage_still_ends_the_call_and_the_step() {
+    let probe = Arc::new(Probe::default());
+    let mut hooks = Hooks::new();
+    hooks.pre_execute(Nameless);
+    let (harness, session, log) =
+        open(probe_registry(&probe), hooks, SchedulerConfig::default()).await;
+    let step = session.run_step(StepRequest::new(vec![
+        call("doomed", "ex", json!({"text": "fail"})),
+        call("fine", "ex", json!({})),
+    ]));
+    let out = tokio::time::timeout(Duration::from_secs(10), step)
+        .await
+        .expect("the step hung: the call never answered")
+        .unwrap();
+    assert_eq!(code(&out.results[0]), "PIPELINE_ERROR");
+    assert!(
+        out.results[0].text().contains("name() exploded"),
+        "{}",
+        out.results[0].text()
+    );
+    assert!(out.results[0].text().contains(FINALIZED));
+    assert_eq!(code(&out.results[1]), "ok");
+    assert_eq!(probe.started.load(Ordering::SeqCst), 1, "only `fine` ran");
+    assert_eq!(log.snapshot().await.unwrap().len(), 4);
+    // The session goes on.
+    let next = session
+        .run_step(StepRequest::new(vec![call("after", "ex", json!({}))]))
+        .await
+        .unwrap();
+    assert_eq!(code(&next.results[0]), "ok");
+    session.shutdown().await;
+    harness.shutdown().await;
+}
+
 fn ask_hooks() -> Hooks {
     let mut hooks = Hooks::new();
     hooks.pre_execute(PermissionRules::from_toml(r#"ask = ["ex"]"#).unwrap());

@@ -4,13 +4,124 @@
 
 mod common;
 
+use async_trait::async_trait;
 use common::*;
-use dsh::core::{EventBody, Hooks};
+use dsh::core::{
+    ContentBlock, EventBody, ExecutionMode, Hooks, ToolContext, ToolDefinition, ToolFailure,
+    ToolRegistry,
+};
 use dsh::scheduler::{SchedulerConfig, StepRequest};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// A probe (counted as exclusive by the probe's overlap check) whose placement answers are
+/// chosen by the test: `mode` for `execution_mode` (`None`: it panics), and it never says
+/// whether an input is concurrency-safe (the trait's default, `false`).
+struct Placed {
+    probe: ProbeTool,
+    mode: Option<ExecutionMode>,
+}
+
+#[async_trait]
+impl ToolDefinition for Placed {
+    fn name(&self) -> &str {
+        self.probe.name()
+    }
+    fn description(&self) -> &str {
+        self.probe.description()
+    }
+    fn input_schema(&self) -> Value {
+        self.probe.input_schema()
+    }
+    fn execution_mode(&self) -> ExecutionMode {
+        match self.mode {
+            Some(mode) => mode,
+            None => panic!("execution_mode exploded"),
+        }
+    }
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+        self.probe.execute(input, ctx).await
+    }
+    fn present(&self, value: &Value) -> Vec<ContentBlock> {
+        self.probe.present(value)
+    }
+}
+
+fn placed_registry(
+    probe: &Arc<Probe>,
+    name: &str,
+    mode: Option<ExecutionMode>,
+) -> Arc<ToolRegistry> {
+    let registry = probe_registry(probe);
+    registry
+        .register(Placed {
+            probe: ProbeTool::new(name, false, probe),
+            mode,
+        })
+        .unwrap();
+    registry
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parallel_tool_that_never_says_its_input_is_safe_runs_exclusively() {
+    let probe = Arc::new(Probe::default());
+    let registry = placed_registry(&probe, "unsure", Some(ExecutionMode::Parallel));
+    let (harness, session, _log) = open(registry, Hooks::new(), SchedulerConfig::default()).await;
+    let started = tokio::time::Instant::now();
+    let out = session
+        .run_step(StepRequest::new(vec![
+            call("p1", "par", json!({"sleep_ms": 50})),
+            call("u1", "unsure", json!({"sleep_ms": 50})),
+            call("u2", "unsure", json!({"sleep_ms": 50})),
+            call("p2", "par", json!({"sleep_ms": 50})),
+        ]))
+        .await
+        .unwrap();
+    assert!(out.results.iter().all(|r| code(r) == "ok"));
+    assert!(
+        !probe.exclusive_overlap.load(Ordering::SeqCst),
+        "an `unsure` call ran beside another"
+    );
+    assert_eq!(probe.max_active.load(Ordering::SeqCst), 1);
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "four barriers in a row"
+    );
+    session.shutdown().await;
+    harness.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_execution_mode_makes_the_call_exclusive_and_the_session_goes_on() {
+    let probe = Arc::new(Probe::default());
+    let registry = placed_registry(&probe, "moody", None);
+    let (harness, session, log) = open(registry, Hooks::new(), SchedulerConfig::default()).await;
+    let out = session
+        .run_step(StepRequest::new(vec![
+            call("a", "par", json!({"sleep_ms": 50})),
+            call("m", "moody", json!({"sleep_ms": 50})),
+            call("b", "par", json!({"sleep_ms": 50})),
+        ]))
+        .await
+        .expect("the scheduler survives a panicking execution_mode");
+    let codes: Vec<_> = out.results.iter().map(code).collect();
+    assert_eq!(codes, ["ok", "ok", "ok"], "the call still runs");
+    assert!(!probe.exclusive_overlap.load(Ordering::SeqCst));
+    assert_eq!(probe.max_active.load(Ordering::SeqCst), 1, "m ran alone");
+    assert_eq!(log.snapshot().await.unwrap().len(), 6);
+    let next = session
+        .run_step(StepRequest::new(vec![
+            call("c", "moody", json!({})),
+            call("d", "par", json!({})),
+        ]))
+        .await
+        .unwrap();
+    assert!(next.results.iter().all(|r| code(r) == "ok"));
+    session.shutdown().await;
+    harness.shutdown().await;
+}
 
 #[tokio::test(start_paused = true)]
 async fn the_pool_rolls_at_its_cap() {

@@ -13,7 +13,7 @@ mod common;
 
 use async_trait::async_trait;
 use common::*;
-use dsh::core::around::{RetryLayer, TimeoutLayer};
+use dsh::core::around::RetryLayer;
 use dsh::core::{
     ApprovalAnswer, ApprovalRequest, ApprovalResponder, Arguments, EventBody, FrozenResult,
     HookError, Hooks, PostExecuteContext, PostExecuteHandler, PostExecuteOutcome,
@@ -411,7 +411,7 @@ fn run_seed(seed: u64) -> Result<(), String> {
         let mut hooks = Hooks::new();
         hooks.pre_execute(SimPre(world.clone()));
         hooks.around(RetryLayer);
-        hooks.around(TimeoutLayer::default());
+        // (The harness adds the timeout wrapper innermost.)
         hooks.post_execute(SimPost(world.clone()));
         hooks.observe(SimObserver(world.clone()));
         let cap = rng.random_range(1..=5);

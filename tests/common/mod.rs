@@ -2,12 +2,13 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use async_trait::async_trait;
+use dsh::core::SessionEvent;
 use dsh::core::{
     ContentBlock, ExecutionMode, FrozenResult, Hooks, RetryPolicy, ToolCall, ToolContext,
     ToolDefinition, ToolFailure, ToolRegistry,
 };
 use dsh::scheduler::{Harness, HarnessBuilder, PipelineConfig, SchedulerConfig, Session};
-use dsh::session::SessionLog;
+use dsh::session::{Durability, LogBackend, MemoryBackend, SessionError, SessionLog, WriterConfig};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -297,4 +298,99 @@ pub fn call(id: &str, tool: &str, args: Value) -> ToolCall {
 /// The code of a result, or "ok".
 pub fn code(r: &FrozenResult) -> &'static str {
     r.code().map(|c| c.as_str()).unwrap_or("ok")
+}
+
+/// A line of `/proc/self/status` (`VmRSS`, `VmHWM`, ...), in bytes; `None` off Linux.
+fn proc_status_bytes(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kib: u64 = line
+        .trim_start_matches(field)
+        .trim_start_matches(':')
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// This process's resident set size now, in bytes (`VmRSS`); `None` off Linux.
+pub fn rss_bytes() -> Option<u64> {
+    proc_status_bytes("VmRSS")
+}
+
+/// The most this process has ever had resident, in bytes (`VmHWM`); `None` off Linux.
+pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_bytes("VmHWM")
+}
+
+/// An in-memory log whose commits fail (as a full disk would) whenever they hold an event
+/// `refuse` picks; every other commit succeeds.
+pub struct Refusing {
+    inner: MemoryBackend,
+    refuse: fn(&SessionEvent) -> bool,
+}
+
+impl LogBackend for Refusing {
+    fn commit(&mut self, events: Vec<SessionEvent>, sync: bool) -> Result<(), SessionError> {
+        if events.iter().any(self.refuse) {
+            return Err(SessionError::Io {
+                context: "appending to the log".into(),
+                message: "No space left on device (os error 28)".into(),
+            });
+        }
+        self.inner.commit(events, sync)
+    }
+    fn read_all(&self) -> Result<Vec<SessionEvent>, SessionError> {
+        self.inner.read_all()
+    }
+    fn blocks(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        "refusing memory".into()
+    }
+}
+
+/// A new log over [`Refusing`].
+pub async fn refusing_log(refuse: fn(&SessionEvent) -> bool) -> SessionLog {
+    SessionLog::spawn(
+        Box::new(Refusing {
+            inner: MemoryBackend::default(),
+            refuse,
+        }),
+        WriterConfig {
+            durability: Durability::None,
+            next_seq: 1,
+        },
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+/// Records every result the `tools/result` observers see.
+#[derive(Default, Clone)]
+pub struct Observed(pub Arc<Mutex<Vec<FrozenResult>>>);
+
+impl dsh::core::ResultObserver for Observed {
+    fn name(&self) -> &str {
+        "observed"
+    }
+    fn observe(&self, result: &FrozenResult) {
+        self.0.lock().unwrap().push(result.clone());
+    }
+}
+
+impl Observed {
+    /// The results seen for `call_id`.
+    pub fn of(&self, call_id: &str) -> Vec<FrozenResult> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.call_id() == call_id)
+            .cloned()
+            .collect()
+    }
 }

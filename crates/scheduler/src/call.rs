@@ -9,18 +9,23 @@
 //!   `ABORTED` if it had, even when the body would have succeeded.
 //! - `kill` or a panic skips `post_stop`; the answer port is then dropped with the state and
 //!   the scheduler closes the call itself (same codes).
+//! - A panic in the run that escapes every stage's own guard is caught around the whole run
+//!   and answered as `PIPELINE_ERROR`, so the run always reports back.
 //!
 //! Nothing stops an actor by itself: this one stops itself after answering.
 
 use crate::pipeline::candidate::Candidate;
+use crate::pipeline::panic;
 use crate::pipeline::{CallTrack, Pipeline};
 use crate::subcall::SubCalls;
 use crate::telemetry;
 use dsh_core::live::LiveActor;
 use dsh_core::{ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
 use dsh_session::SessionError;
+use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tracing::Instrument;
@@ -33,6 +38,8 @@ pub(crate) type SharedAck = Shared<BoxFuture<'static, Result<u64, SessionError>>
 pub(crate) struct CallOutcome {
     pub result: FrozenResult,
     pub contexts: Vec<String>,
+    /// A sub-call's `tool/code-dispatch` that could not be recorded (the step reports it).
+    pub log_error: Option<SessionError>,
 }
 
 /// The call actor's messages.
@@ -100,17 +107,37 @@ impl CallState {
         let Some(reply) = self.reply.take() else {
             return;
         };
-        let contexts = std::mem::take(&mut candidate.contexts);
         let reason = self.input.signal.reason().map_or_else(
             || "the parent call ended first".to_string(),
             |r| r.to_string(),
         );
-        self.subcalls.close(&reason);
+        let unrecorded = self.subcalls.close(&reason);
+        let log_error = match unrecorded {
+            Some((sub_call, error)) => {
+                // What the body made of that sub-call's outcome cannot be rebuilt from the log,
+                // so the model does not see it (an interrupt stays an interrupt).
+                if !candidate.error.as_ref().is_some_and(|e| e.code.is_abort()) {
+                    candidate = Candidate::failed(
+                        ErrorCode::PipelineError,
+                        format!(
+                            "sub-call {sub_call} ran but its tool/code-dispatch could not be recorded ({error}); the call's result is withheld"
+                        ),
+                    );
+                }
+                Some(error)
+            }
+            None => None,
+        };
+        let contexts = std::mem::take(&mut candidate.contexts);
         let result =
             self.pipeline
                 .complete(&self.input.call_id, &self.input.name, candidate, finalize);
         telemetry::record_outcome(&self.span, &result, self.pipeline.config.record_content);
-        let _ = reply.send(CallOutcome { result, contexts });
+        let _ = reply.send(CallOutcome {
+            result,
+            contexts,
+            log_error,
+        });
     }
 }
 
@@ -144,9 +171,23 @@ impl Actor for CallLifecycle {
                     // Write-ahead: nothing of the call runs before its tool/call is durable.
                     let msg = match recorded.await {
                         Ok(_) => {
-                            let (candidate, finalize) =
-                                pipeline.run(&input, &track, dispatcher, &call_span).await;
-                            CallMsg::Finished(candidate, finalize)
+                            // Every stage catches its own panics; this catches what escapes
+                            // them, so the call still answers instead of hanging its step.
+                            let run = pipeline.run(&input, &track, dispatcher, &call_span);
+                            match AssertUnwindSafe(run).catch_unwind().await {
+                                Ok((candidate, finalize)) => CallMsg::Finished(candidate, finalize),
+                                Err(payload) => {
+                                    let why = panic::message(payload.as_ref());
+                                    tracing::error!(call_id = %input.call_id, panic = %why, "the pipeline panicked");
+                                    CallMsg::Finished(
+                                        Candidate::failed(
+                                            ErrorCode::PipelineError,
+                                            format!("the pipeline panicked: {why}"),
+                                        ),
+                                        telemetry::phase_span(&call_span, "finalize"),
+                                    )
+                                }
+                            }
                         }
                         Err(e) => CallMsg::NotRecorded(e),
                     };

@@ -18,9 +18,13 @@ pub enum SchedulerError {
     /// The session's actors are gone or did not answer.
     #[error("the session is unavailable: {0}")]
     Unavailable(String),
-    /// The session is shutting down or shut down and takes no more steps.
+    /// The session is shutting down or shut down and takes no more steps (or the harness is,
+    /// and opens no more sessions).
     #[error("the session is shut down")]
     ShutDown,
+    /// A session with this id is open (and alive) in this harness already.
+    #[error("session `{0}` is already open")]
+    AlreadyOpen(String),
     /// Starting the session failed.
     #[error("could not start the session: {0}")]
     Spawn(String),

@@ -61,5 +61,8 @@ pub const RUN_CODE: &str = dsh_core::dispatcher::RUN_CODE;
 pub use error::SchedulerError;
 pub use pipeline::{Pipeline, PipelineConfig};
 pub use scheduler::SchedulerConfig;
-pub use session::{Harness, HarnessBuilder, OpenedSession, Session, SessionStore, ShutdownReport};
+pub use session::{
+    Harness, HarnessBuilder, HarnessShutdownReport, OpenedSession, Session, SessionStore,
+    ShutdownReport,
+};
 pub use step::{CancelTarget, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest};

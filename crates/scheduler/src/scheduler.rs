@@ -135,23 +135,46 @@ pub(crate) struct SchedulerState {
 }
 
 /// Exclusive unless the definition says parallel and its check returns exactly `true`; a
-/// check that panics means exclusive. Unknown tools have no body and never block anyone.
+/// definition whose `execution_mode` or `is_concurrency_safe` panics is exclusive. Unknown
+/// tools have no body and never block anyone.
 fn is_parallel(pipeline: &Pipeline, call: &ToolCall) -> bool {
     let Some(tool) = pipeline.registry.get(&call.name) else {
         return true;
     };
-    let def = tool.definition();
-    if def.execution_mode() != ExecutionMode::Parallel {
-        return false;
-    }
     let Arguments::Json(args) = &call.arguments else {
         return false;
     };
-    std::panic::catch_unwind(AssertUnwindSafe(|| def.is_concurrency_safe(args)))
-        .unwrap_or_else(|_| {
-            tracing::warn!(tool = %call.name, "is_concurrency_safe panicked; running the call exclusively");
-            false
-        })
+    let def = tool.definition();
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        def.execution_mode() == ExecutionMode::Parallel && def.is_concurrency_safe(args)
+    }))
+    .unwrap_or_else(|_| {
+        tracing::warn!(tool = %call.name, "the placement check panicked; running the call exclusively");
+        false
+    })
+}
+
+/// Freezes the result of a call the scheduler closes itself (never reached, not recorded, or
+/// ended without an answer), through the same snapshot, `finalize_content` and observers as
+/// every other result, under a span of its own.
+fn close_call(
+    pipeline: &Pipeline,
+    step: u64,
+    call_id: &str,
+    name: &str,
+    arguments: &Arguments,
+    candidate: Candidate,
+) -> FrozenResult {
+    let record = pipeline.config.record_content;
+    let span = telemetry::call_span(name, call_id, step, None, arguments, record);
+    let result = pipeline.complete(
+        call_id,
+        name,
+        candidate,
+        &telemetry::phase_span(&span, "finalize"),
+    );
+    telemetry::record_outcome(&span, &result, record);
+    result
 }
 
 /// Empty and repeated ids get fresh ones, so pairing by id stays exact within the step.
@@ -281,18 +304,20 @@ impl SchedulerState {
         let records = std::mem::take(&mut run.records);
         let deferred = std::mem::take(&mut run.deferred);
         let mut log_error = run.log_error.take();
+        let pipeline = &self.pipeline;
         let results: Vec<FrozenResult> = run
             .slots
             .iter()
             .map(|s| {
+                // Every slot has its result by now; this only keeps the answer whole if not.
                 s.result.clone().unwrap_or_else(|| {
-                    FrozenResult::error(
-                        s.call.call_id.clone(),
-                        s.call.name.clone(),
-                        dsh_core::ToolError::new(
-                            ErrorCode::PipelineError,
-                            "the call has no result",
-                        ),
+                    close_call(
+                        pipeline,
+                        step,
+                        &s.call.call_id,
+                        &s.call.name,
+                        &s.call.arguments,
+                        Candidate::failed(ErrorCode::PipelineError, "the call has no result"),
                     )
                 })
             })
@@ -414,6 +439,9 @@ impl SchedulerState {
         run.finished += 1;
         let result = match (recorded, outcome) {
             (Ok(seq), Some(outcome)) => {
+                if let Some(e) = outcome.log_error {
+                    run.log_error.get_or_insert(e);
+                }
                 run.deferred
                     .extend(outcome.contexts.into_iter().map(|content| DeferredMessage {
                         content,
@@ -432,31 +460,29 @@ impl SchedulerState {
                         "the call's lifecycle ended without a result",
                     )
                 };
-                let record = self.pipeline.config.record_content;
-                let span = telemetry::call_span(
-                    &input.name,
-                    &input.call_id,
+                let result = close_call(
+                    &self.pipeline,
                     run.step,
-                    None,
+                    &input.call_id,
+                    &input.name,
                     &input.arguments,
-                    record,
+                    candidate,
                 );
-                let finalize = telemetry::phase_span(&span, "finalize");
-                let result =
-                    self.pipeline
-                        .complete(&input.call_id, &input.name, candidate, &finalize);
-                telemetry::record_outcome(&span, &result, record);
                 record_result(&self.log, run.step, seq, &result, &mut run.records);
                 result
             }
             (Err(e), _) => {
+                // Nothing of it ran (write-ahead), and nothing of it is in the log.
                 let message =
                     format!("the call was not run: its tool/call could not be recorded ({e})");
                 run.log_error.get_or_insert(e);
-                FrozenResult::error(
-                    input.call_id.clone(),
-                    input.name.clone(),
-                    dsh_core::ToolError::new(ErrorCode::PipelineError, message),
+                close_call(
+                    &self.pipeline,
+                    run.step,
+                    &input.call_id,
+                    &input.name,
+                    &input.arguments,
+                    Candidate::failed(ErrorCode::PipelineError, message),
                 )
             }
         };
@@ -509,25 +535,17 @@ fn never_reached(
 ) {
     let slot = &mut run.slots[i];
     let call_ack = log.send(run.step, call_event(&slot.call, &run.agent));
-    let record = pipeline.config.record_content;
-    let span = telemetry::call_span(
-        &slot.call.name,
-        &slot.call.call_id,
+    let result = close_call(
+        pipeline,
         run.step,
-        None,
-        &slot.call.arguments,
-        record,
-    );
-    let result = pipeline.complete(
         &slot.call.call_id,
         &slot.call.name,
+        &slot.call.arguments,
         Candidate::failed(
             ErrorCode::AbortedBeforeDispatch,
             format!("the call was cancelled before it started: {reason}"),
         ),
-        &telemetry::phase_span(&span, "finalize"),
     );
-    telemetry::record_outcome(&span, &result, record);
     let data = ToolResultData::from_frozen(&result);
     let log = log.clone();
     let step = run.step;

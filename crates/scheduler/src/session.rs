@@ -1,18 +1,21 @@
 //! The facade the agent loop holds: a [`Harness`] (the shared pipeline) opens [`Session`]s
-//! (one scheduler actor and one session log each).
+//! (one scheduler actor and one session log each) and keeps a table of the ones open, so that
+//! an id is served by one session at a time and [`Harness::shutdown`] closes them all.
 
 use crate::error::SchedulerError;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::scheduler::{Scheduler, SchedulerArgs, SchedulerConfig, SchedulerMsg};
 use crate::step::{CancelTarget, StepOutcome, StepRequest};
+use dsh_core::around::TimeoutLayer;
 use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
 use dsh_guards::GuardSet;
-use dsh_session::{Durability, Recovery, SessionLog};
+use dsh_session::{Durability, Recovery, SessionError, SessionLog};
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorCell, ActorRef};
+use ractor::{Actor, ActorCell, ActorId, ActorRef, ActorStatus};
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 /// Where a harness keeps its sessions' logs, so a session can be opened again by id.
@@ -48,6 +51,17 @@ fn valid_session_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// Which timeout wrapper the builder installs.
+#[derive(Debug, Clone)]
+enum TimeoutChoice {
+    /// `TimeoutLayer::default()` with the pipeline's `body_grace`.
+    Default,
+    /// The embedder's own.
+    Layer(TimeoutLayer),
+    /// None.
+    Off,
+}
+
 /// Builds a [`Harness`].
 pub struct HarnessBuilder {
     registry: Arc<ToolRegistry>,
@@ -56,6 +70,8 @@ pub struct HarnessBuilder {
     approval: Option<Arc<dyn ApprovalResponder>>,
     config: PipelineConfig,
     store: SessionStore,
+    timeout: TimeoutChoice,
+    supervisor: Option<ActorCell>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -63,12 +79,14 @@ impl fmt::Debug for HarnessBuilder {
         f.debug_struct("HarnessBuilder")
             .field("registry", &self.registry)
             .field("hooks", &self.hooks)
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
 
 impl HarnessBuilder {
-    /// Starts from a registry, with no hooks, no approver, and a fresh guard set.
+    /// Starts from a registry, with no hooks, no approver, a fresh guard set, and the timeout
+    /// wrapper (so a definition's `timeout_ms` applies; see [`HarnessBuilder::timeout`]).
     pub fn new(registry: Arc<ToolRegistry>) -> HarnessBuilder {
         HarnessBuilder {
             registry,
@@ -77,6 +95,8 @@ impl HarnessBuilder {
             approval: None,
             config: PipelineConfig::default(),
             store: SessionStore::Memory,
+            timeout: TimeoutChoice::Default,
+            supervisor: None,
         }
     }
 
@@ -92,7 +112,8 @@ impl HarnessBuilder {
         self
     }
 
-    /// A guard set shared with others (by default the harness starts its own).
+    /// A guard set shared with others (by default the harness starts its own). A shared set is
+    /// left running by [`Harness::shutdown`]: whoever started it stops it.
     pub fn guards(mut self, guards: GuardSet) -> Self {
         self.guards = Some(guards);
         self
@@ -110,24 +131,146 @@ impl HarnessBuilder {
         self
     }
 
+    /// The `tools/execute` timeout wrapper the harness installs, innermost: after every
+    /// wrapper of [`HarnessBuilder::hooks`], right around the body, so each attempt of a retry
+    /// gets its own deadline and a metrics wrapper sees a timeout as a failure. Without this
+    /// call the harness installs `TimeoutLayer::default()` with the grace of
+    /// [`PipelineConfig::body_grace`]: it reads each definition's `timeout_ms` (tools without
+    /// one run unbounded). Pass a layer to set a default deadline for every tool. Do not also
+    /// add a `TimeoutLayer` to the hooks: the two would both apply.
+    pub fn timeout(mut self, layer: TimeoutLayer) -> Self {
+        self.timeout = TimeoutChoice::Layer(layer);
+        self
+    }
+
+    /// Installs no timeout wrapper: a definition's `timeout_ms` then does nothing unless a
+    /// wrapper of the hooks reads it.
+    pub fn without_timeout(mut self) -> Self {
+        self.timeout = TimeoutChoice::Off;
+        self
+    }
+
+    /// Links the guard set the harness starts under `supervisor`, an actor of the host: if
+    /// the guard set fails for good (its own supervisor, which restarts the guard-set actor,
+    /// dies or fails), the host hears it as a supervision event. The host's actor must
+    /// override `handle_supervisor_evt` (ractor's default stops it when a child ends), and
+    /// also hears the guard set's normal end at [`Harness::shutdown`]. Ignored when a shared
+    /// guard set is given with [`HarnessBuilder::guards`]. Sessions are linked where
+    /// [`Harness::open`] and [`Harness::open_session`] are told.
+    pub fn supervisor(mut self, supervisor: ActorCell) -> Self {
+        self.supervisor = Some(supervisor);
+        self
+    }
+
     /// Starts the guard set if none was given, and builds the harness.
     pub async fn build(self) -> Result<Harness, SchedulerError> {
-        let guards = match self.guards {
-            Some(g) => g,
-            None => GuardSet::spawn(None)
-                .await
-                .map_err(|e| SchedulerError::Spawn(e.to_string()))?,
+        let (guards, owns_guards) = match self.guards {
+            Some(g) => (g, false),
+            None => (
+                GuardSet::spawn(self.supervisor)
+                    .await
+                    .map_err(|e| SchedulerError::Spawn(e.to_string()))?,
+                true,
+            ),
         };
+        let mut hooks = self.hooks;
+        match self.timeout {
+            TimeoutChoice::Default => {
+                hooks.around(TimeoutLayer::default().with_grace(self.config.body_grace));
+            }
+            TimeoutChoice::Layer(layer) => {
+                hooks.around(layer);
+            }
+            TimeoutChoice::Off => {}
+        }
         Ok(Harness {
             pipeline: Arc::new(Pipeline::new(
                 self.registry,
-                Arc::new(self.hooks),
+                Arc::new(hooks),
                 guards,
                 self.approval,
                 self.config,
             )),
             store: self.store,
+            table: Arc::default(),
+            owns_guards,
         })
+    }
+}
+
+/// The sessions a harness has open.
+#[derive(Debug, Default)]
+struct Table {
+    /// Set by [`Harness::shutdown`]: no more sessions.
+    closed: bool,
+    /// Every session opened and not yet shut down, by its scheduler's id.
+    open: HashMap<ActorId, Session>,
+    /// The ids of sessions opened by id: the scheduler serving each, or none while it opens.
+    ids: HashMap<String, Option<ActorId>>,
+    /// Sessions that died without a shutdown are dropped from the table when it grows to this.
+    prune_at: usize,
+}
+
+fn lock(table: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    table.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// True until the actor has begun to stop.
+fn alive(actor: &ActorRef<SchedulerMsg>) -> bool {
+    actor.get_status() < ActorStatus::Stopping
+}
+
+impl Table {
+    fn insert(&mut self, session: &Session) {
+        if self.open.len() >= self.prune_at {
+            self.open.retain(|_, s| alive(&s.actor));
+            let open = &self.open;
+            self.ids
+                .retain(|_, a| a.as_ref().is_none_or(|a| open.contains_key(a)));
+            self.prune_at = (self.open.len() * 2).max(64);
+        }
+        let actor = session.actor.get_id();
+        if let Some(id) = &session.id {
+            self.ids.insert(id.to_string(), Some(actor));
+        }
+        self.open.insert(actor, session.clone());
+    }
+
+    fn remove(&mut self, actor: ActorId, id: Option<&str>) {
+        self.open.remove(&actor);
+        if let Some(id) = id
+            && self.ids.get(id) == Some(&Some(actor))
+        {
+            self.ids.remove(id);
+        }
+    }
+
+    /// Takes `id` for a session about to open, unless a live session has it.
+    fn reserve(&mut self, id: &str) -> Result<(), SchedulerError> {
+        if self.closed {
+            return Err(SchedulerError::ShutDown);
+        }
+        match self.ids.get(id) {
+            None => {}
+            Some(None) => return Err(SchedulerError::AlreadyOpen(id.to_string())),
+            Some(Some(actor)) => {
+                let actor = *actor;
+                if self.open.get(&actor).is_some_and(|s| alive(&s.actor)) {
+                    return Err(SchedulerError::AlreadyOpen(id.to_string()));
+                }
+                // Its session died without a shutdown (killed, failed): the id is free again.
+                self.open.remove(&actor);
+            }
+        }
+        self.ids.insert(id.to_string(), None);
+        Ok(())
+    }
+
+    /// Gives back an id reserved by a session that did not open.
+    fn release(&mut self, id: &str) {
+        if self.ids.get(id) == Some(&None) {
+            self.ids.remove(id);
+        }
     }
 }
 
@@ -158,6 +301,8 @@ impl HarnessBuilder {
 pub struct Harness {
     pipeline: Arc<Pipeline>,
     store: SessionStore,
+    table: Arc<Mutex<Table>>,
+    owns_guards: bool,
 }
 
 impl Harness {
@@ -167,12 +312,26 @@ impl Harness {
     }
 
     /// Opens a session writing to `log`, its scheduler linked under `supervisor` if given.
+    /// Refused with [`SchedulerError::ShutDown`] once the harness is shutting down.
     pub async fn open(
         &self,
         log: SessionLog,
         config: SchedulerConfig,
         supervisor: Option<ActorCell>,
     ) -> Result<Session, SchedulerError> {
+        self.spawn_session(log, config, supervisor, None).await
+    }
+
+    async fn spawn_session(
+        &self,
+        log: SessionLog,
+        config: SchedulerConfig,
+        supervisor: Option<ActorCell>,
+        id: Option<Arc<str>>,
+    ) -> Result<Session, SchedulerError> {
+        if lock(&self.table).closed {
+            return Err(SchedulerError::ShutDown);
+        }
         let args = SchedulerArgs {
             pipeline: self.pipeline.clone(),
             log: log.clone(),
@@ -187,22 +346,94 @@ impl Harness {
         // scheduler goes (even when killed), so a restarted session never finds the old
         // writer still appending to the same log.
         log.actor_cell().link(actor.get_cell());
-        Ok(Session { actor, log })
+        let session = Session {
+            actor,
+            log,
+            id,
+            table: Arc::downgrade(&self.table),
+        };
+        let refused = {
+            let mut table = lock(&self.table);
+            if table.closed {
+                true
+            } else {
+                table.insert(&session);
+                false
+            }
+        };
+        if refused {
+            // The harness began to shut down while this session started.
+            session.shutdown().await;
+            return Err(SchedulerError::ShutDown);
+        }
+        Ok(session)
     }
 
     /// Opens the session `id` from the harness's store: a new one, or one resumed from its log
     /// (recovered first: a torn tail cut, calls left in flight closed as `ABORTED`), continuing
     /// with the next seq and the next step. `config.first_step` is raised to what the log
     /// needs. The scheduler (and with it the writer) is linked under `supervisor` if given.
+    ///
+    /// An id is served by one session at a time: while a session opened with `id` is alive,
+    /// opening it again is [`SchedulerError::AlreadyOpen`] (whatever the store). Once that
+    /// session is shut down, or has died (killed, failed: its host's supervisor hears of it),
+    /// the id can be opened again. A harness that is shutting down opens nothing
+    /// ([`SchedulerError::ShutDown`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use dsh_core::{ToolCall, ToolRegistry};
+    /// use dsh_scheduler::{HarnessBuilder, SchedulerConfig, SchedulerError, SessionStore, StepRequest};
+    /// use dsh_session::Durability;
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let root = std::env::temp_dir().join(format!("dsh-doc-open-session-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&root);
+    /// let harness = HarnessBuilder::new(Arc::new(ToolRegistry::new()))
+    ///     .store(SessionStore::Directory { root: root.clone(), durability: Durability::Batch })
+    ///     .build()
+    ///     .await
+    ///     .unwrap();
+    /// let opened = harness.open_session("alpha", SchedulerConfig::default(), None).await.unwrap();
+    /// assert_eq!(opened.recovery.next_step, 1, "a new session");
+    /// let step = StepRequest::new(vec![ToolCall::new("c1", "nope", serde_json::json!({}))]);
+    /// assert_eq!(opened.session.run_step(step).await.unwrap().step, 1);
+    ///
+    /// // While it is open, its id is taken.
+    /// let twice = harness.open_session("alpha", SchedulerConfig::default(), None).await;
+    /// assert!(matches!(twice, Err(SchedulerError::AlreadyOpen(id)) if id == "alpha"));
+    ///
+    /// // Shut down, it can be opened again, and continues from its log.
+    /// opened.session.shutdown().await;
+    /// let again = harness.open_session("alpha", SchedulerConfig::default(), None).await.unwrap();
+    /// assert_eq!(again.recovery.next_step, 2);
+    /// assert_eq!(again.session.log().snapshot().await.unwrap().len(), 2);
+    /// harness.shutdown().await; // shuts `again.session` down too
+    /// # std::fs::remove_dir_all(&root).unwrap();
+    /// # });
+    /// ```
     pub async fn open_session(
         &self,
         id: &str,
-        mut config: SchedulerConfig,
+        config: SchedulerConfig,
         supervisor: Option<ActorCell>,
     ) -> Result<OpenedSession, SchedulerError> {
         if !valid_session_id(id) {
             return Err(SchedulerError::InvalidSessionId(id.to_string()));
         }
+        lock(&self.table).reserve(id)?;
+        let opened = self.open_reserved(id, config, supervisor).await;
+        if opened.is_err() {
+            lock(&self.table).release(id);
+        }
+        opened
+    }
+
+    async fn open_reserved(
+        &self,
+        id: &str,
+        mut config: SchedulerConfig,
+        supervisor: Option<ActorCell>,
+    ) -> Result<OpenedSession, SchedulerError> {
         let (log, recovery) = match &self.store {
             SessionStore::Memory => (
                 SessionLog::memory().await.map_err(SchedulerError::Log)?,
@@ -210,7 +441,7 @@ impl Harness {
             ),
             SessionStore::Directory { root, durability } => {
                 std::fs::create_dir_all(root).map_err(|e| {
-                    SchedulerError::Log(dsh_session::SessionError::io(
+                    SchedulerError::Log(SessionError::io(
                         format!("creating the session folder {}", root.display()),
                         &e,
                     ))
@@ -221,7 +452,10 @@ impl Harness {
             }
         };
         config.first_step = config.first_step.max(recovery.next_step);
-        let session = match self.open(log.clone(), config, supervisor).await {
+        let session = match self
+            .spawn_session(log.clone(), config, supervisor, Some(Arc::from(id)))
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 let _ = log.close().await;
@@ -231,10 +465,86 @@ impl Harness {
         Ok(OpenedSession { session, recovery })
     }
 
-    /// Stops the harness's guard set.
-    pub async fn shutdown(&self) {
-        self.pipeline.guards.shutdown().await;
+    /// How many sessions are open (opened, not shut down, and alive).
+    pub fn open_sessions(&self) -> usize {
+        lock(&self.table)
+            .open
+            .values()
+            .filter(|s| alive(&s.actor))
+            .count()
     }
+
+    /// Shuts the harness down at once: [`Harness::shutdown_within`] with no grace.
+    pub async fn shutdown(&self) -> HarnessShutdownReport {
+        self.shutdown_within(Duration::ZERO).await
+    }
+
+    /// Graceful shutdown of everything the harness started: it opens no more sessions, shuts
+    /// down every session still open, all at once and each as [`Session::shutdown_within`]
+    /// does (running steps get `grace` to finish, then are cancelled; logs are flushed and
+    /// closed; every actor stops), then stops the guard set it started (one given with
+    /// [`HarnessBuilder::guards`] is left running).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use dsh_core::ToolRegistry;
+    /// use dsh_scheduler::{HarnessBuilder, SchedulerConfig, SchedulerError, StepRequest};
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let harness = HarnessBuilder::new(Arc::new(ToolRegistry::new())).build().await.unwrap();
+    /// let a = harness.open_session("a", SchedulerConfig::default(), None).await.unwrap().session;
+    /// let b = harness.open_session("b", SchedulerConfig::default(), None).await.unwrap().session;
+    /// assert_eq!(harness.open_sessions(), 2);
+    ///
+    /// let report = harness.shutdown_within(Duration::from_secs(1)).await;
+    /// assert_eq!(report.sessions, 2);
+    /// assert_eq!(harness.open_sessions(), 0);
+    /// for session in [a, b] {
+    ///     let refused = session.run_step(StepRequest::new(vec![])).await;
+    ///     assert!(matches!(refused, Err(SchedulerError::ShutDown | SchedulerError::Unavailable(_))));
+    /// }
+    /// let late = harness.open_session("c", SchedulerConfig::default(), None).await;
+    /// assert!(matches!(late, Err(SchedulerError::ShutDown)));
+    /// # });
+    /// ```
+    pub async fn shutdown_within(&self, grace: Duration) -> HarnessShutdownReport {
+        let sessions: Vec<Session> = {
+            let mut table = lock(&self.table);
+            table.closed = true;
+            table
+                .open
+                .values()
+                .filter(|s| alive(&s.actor))
+                .cloned()
+                .collect()
+        };
+        let reports =
+            futures::future::join_all(sessions.iter().map(|s| s.shutdown_within(grace))).await;
+        {
+            let mut table = lock(&self.table);
+            table.open.clear();
+            table.ids.clear();
+        }
+        if self.owns_guards {
+            self.pipeline.guards.shutdown().await;
+        }
+        HarnessShutdownReport {
+            sessions: reports.len(),
+            cancelled_in_flight: reports.iter().filter(|r| r.cancelled_in_flight).count(),
+            log_errors: reports.into_iter().filter_map(|r| r.log_error).collect(),
+        }
+    }
+}
+
+/// What [`Harness::shutdown`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HarnessShutdownReport {
+    /// Sessions that were still open and were shut down.
+    pub sessions: usize,
+    /// Of those, the ones whose running step outlived the grace and was cancelled.
+    pub cancelled_in_flight: usize,
+    /// Failures met closing their logs.
+    pub log_errors: Vec<SessionError>,
 }
 
 /// One session: its scheduler actor and its log.
@@ -242,11 +552,16 @@ impl Harness {
 pub struct Session {
     actor: ActorRef<SchedulerMsg>,
     log: SessionLog,
+    /// The id it was opened with ([`Harness::open_session`]).
+    id: Option<Arc<str>>,
+    /// The harness's table, left when the session is shut down.
+    table: Weak<Mutex<Table>>,
 }
 
 impl fmt::Debug for Session {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
+            .field("id", &self.id)
             .field("scheduler", &self.actor.get_id())
             .field("log", &self.log)
             .finish()
@@ -270,7 +585,58 @@ impl Session {
         }
     }
 
-    /// Cancels a call, the running step, or the session's running and queued steps.
+    /// Cancels a call, the running step, or the session's running and queued steps. It only
+    /// asks: the cancelled calls end at once all the same (`ABORTED_BEFORE_DISPATCH` if their
+    /// body had not started, `ABORTED` if it had, even a body that ignores its signal), and
+    /// calls the step had not reached get a synthesized pair. The step still answers through
+    /// its [`Session::run_step`], with every result recorded; the session takes the next step
+    /// as usual. Unknown call ids are ignored.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use async_trait::async_trait;
+    /// use dsh_core::{ToolCall, ToolContext, ToolDefinition, ToolFailure, ToolRegistry};
+    /// use dsh_scheduler::{CancelTarget, HarnessBuilder, SchedulerConfig, StepRequest};
+    /// use serde_json::{json, Value};
+    ///
+    /// /// Waits until it is cancelled.
+    /// struct Wait;
+    /// #[async_trait]
+    /// impl ToolDefinition for Wait {
+    ///     fn name(&self) -> &str { "wait" }
+    ///     fn description(&self) -> &str { "waits" }
+    ///     fn input_schema(&self) -> Value { json!({"type": "object"}) }
+    ///     async fn execute(&self, _: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+    ///         let why = ctx.signal.cancelled().await;
+    ///         Err(ToolFailure::new(format!("stopped: {why}")))
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let registry = Arc::new(ToolRegistry::new());
+    /// registry.register(Wait).unwrap();
+    /// let harness = HarnessBuilder::new(registry).build().await.unwrap();
+    /// let session = harness.open_session("s", SchedulerConfig::default(), None).await.unwrap().session;
+    /// let step = tokio::spawn({
+    ///     let session = session.clone();
+    ///     async move {
+    ///         let calls = vec![ToolCall::new("w1", "wait", json!({})), ToolCall::new("w2", "wait", json!({}))];
+    ///         session.run_step(StepRequest::new(calls)).await
+    ///     }
+    /// });
+    /// // Once w1's tool/call is in the log, the step is running.
+    /// while session.log().snapshot().await.unwrap().is_empty() {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    /// }
+    /// session.cancel(CancelTarget::Step).unwrap();
+    /// let outcome = step.await.unwrap().unwrap();
+    /// // w1 was running (ABORTED) or about to (ABORTED_BEFORE_DISPATCH); w2 was never reached.
+    /// assert!(outcome.results[0].code().unwrap().is_abort());
+    /// assert_eq!(outcome.results[1].code().unwrap().as_str(), "ABORTED_BEFORE_DISPATCH");
+    /// assert_eq!(session.log().snapshot().await.unwrap().len(), 4, "two calls, two results");
+    /// harness.shutdown().await;
+    /// # });
+    /// ```
     pub fn cancel(&self, target: CancelTarget) -> Result<(), SchedulerError> {
         self.actor
             .send_message(SchedulerMsg::Cancel(target))
@@ -280,6 +646,11 @@ impl Session {
     /// The session's log.
     pub fn log(&self) -> &SessionLog {
         &self.log
+    }
+
+    /// The id it was opened with, for a session opened by [`Harness::open_session`].
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
     }
 
     /// The scheduler actor (for supervision).
@@ -295,7 +666,59 @@ impl Session {
     /// Graceful shutdown: takes no more steps (queued ones are answered
     /// [`SchedulerError::ShutDown`]), lets the running step finish for up to `grace`, then
     /// cancels what is left (`ABORTED`), flushes and closes the log, and stops every actor of
-    /// the session.
+    /// the session. The session then leaves its harness's table (its id can be opened again).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use async_trait::async_trait;
+    /// use dsh_core::{ToolCall, ToolContext, ToolDefinition, ToolFailure, ToolRegistry};
+    /// use dsh_scheduler::{HarnessBuilder, SchedulerConfig, SchedulerError, StepRequest};
+    /// use serde_json::{json, Value};
+    ///
+    /// /// Sleeps `ms`, unless cancelled first.
+    /// struct Nap;
+    /// #[async_trait]
+    /// impl ToolDefinition for Nap {
+    ///     fn name(&self) -> &str { "nap" }
+    ///     fn description(&self) -> &str { "naps" }
+    ///     fn input_schema(&self) -> Value { json!({"type": "object"}) }
+    ///     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+    ///         let ms = input["ms"].as_u64().unwrap_or(0);
+    ///         tokio::select! {
+    ///             _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!("rested")),
+    ///             why = ctx.signal.cancelled() => Err(ToolFailure::new(format!("woken: {why}"))),
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let registry = Arc::new(ToolRegistry::new());
+    /// registry.register(Nap).unwrap();
+    /// let harness = HarnessBuilder::new(registry).build().await.unwrap();
+    /// let session = harness.open_session("s", SchedulerConfig::default(), None).await.unwrap().session;
+    /// let step = tokio::spawn({
+    ///     let session = session.clone();
+    ///     async move {
+    ///         let calls = vec![ToolCall::new("n", "nap", json!({"ms": 60_000}))];
+    ///         session.run_step(StepRequest::new(calls)).await
+    ///     }
+    /// });
+    /// while session.log().snapshot().await.unwrap().is_empty() {
+    ///     tokio::time::sleep(Duration::from_millis(1)).await;
+    /// }
+    /// // A minute's nap does not fit in 50 ms of grace: it is cancelled, and recorded.
+    /// let report = session.shutdown_within(Duration::from_millis(50)).await;
+    /// assert!(report.cancelled_in_flight);
+    /// assert_eq!(report.log_error, None);
+    /// let outcome = step.await.unwrap().unwrap();
+    /// assert!(outcome.results[0].code().unwrap().is_abort());
+    /// // The session takes no more steps, and its log is closed.
+    /// assert!(session.run_step(StepRequest::new(vec![])).await.is_err());
+    /// assert!(session.log().snapshot().await.is_err());
+    /// harness.shutdown().await;
+    /// # });
+    /// ```
     pub async fn shutdown_within(&self, grace: Duration) -> ShutdownReport {
         let mut report = ShutdownReport::default();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -323,6 +746,9 @@ impl Session {
             .actor
             .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
             .await;
+        if let Some(table) = self.table.upgrade() {
+            lock(&table).remove(self.actor.get_id(), self.id.as_deref());
+        }
         report
     }
 }

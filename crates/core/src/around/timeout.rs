@@ -8,8 +8,11 @@ use crate::tool::ToolFailure;
 use async_trait::async_trait;
 use std::time::Duration;
 
-/// `deadline(signal, ms, "TOOL_TIMEOUT")`: a signal that also fires with
-/// [`CancelReason::Timeout`] when the returned handle is fired. The caller owns the timer.
+/// The signal half of SPEC.md's `deadline(signal, ms, "TOOL_TIMEOUT")`: a signal that fires
+/// when `signal` does, and also with [`CancelReason::Timeout`] when the returned handle is
+/// fired. It takes no `ms` and no code: the caller owns the timer (the [`TimeoutLayer`] sleeps
+/// `timeout_ms` and then fires the handle), and the code follows from the reason (the body's
+/// stage reports a signal that fired with [`CancelReason::Timeout`] as `TOOL_TIMEOUT`).
 ///
 /// ```
 /// use dsh_core::around::deadline;
@@ -22,7 +25,8 @@ pub fn deadline(signal: &Signal) -> (CancelHandle, Signal) {
     CancelHandle::child_of(signal)
 }
 
-/// Applies `ToolDefinition::timeout_ms` (or a default) to every dispatch.
+/// Applies `ToolDefinition::timeout_ms` (or a default) to every dispatch. (`dsh-scheduler`'s
+/// `HarnessBuilder` installs one innermost by default; see its `timeout` method.)
 ///
 /// After the deadline the body is told (its signal fires) and given `grace` to return; then
 /// the wrapper stops waiting and the body's late output is discarded. Either way the result is

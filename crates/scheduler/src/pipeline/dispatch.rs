@@ -3,8 +3,20 @@
 //! The leaf keeps the caller's original signal and fuses it with whatever signal the wrappers
 //! handed inward, so no wrapper can shield the body from a cancel. The body runs in its own
 //! task: a panic there is `TOOL_ERROR`, and a body that ignores its signal is abandoned (its
-//! late output discarded) instead of holding the call. A panic in a wrapper is
-//! `PIPELINE_ERROR`. The body's value is checked against the output schema.
+//! late output discarded) instead of holding the call.
+//!
+//! What the whole chain answers is judged here, after the outermost wrapper returns:
+//!
+//! - A value is checked against the output schema (`TOOL_OUTPUT_ERROR`), whether the body
+//!   made it or a wrapper answered without running the body. (Wrappers see the body's value
+//!   before this check.)
+//! - A failure the leaf returned (the body's own, with the code it chose, or the leaf's
+//!   `TOOL_TIMEOUT`/`ABORTED` when the signal fired) keeps its code, even when wrappers pass
+//!   it on.
+//! - A failure a wrapper raised itself is `PIPELINE_ERROR` (a wrapper is pipeline, not tool),
+//!   except `TOOL_TIMEOUT` (the timeout wrapper's answer when a deadline passes) and
+//!   `ABORTED` once the caller's signal has fired (an interrupt stays an interrupt).
+//! - A panic in a wrapper is `PIPELINE_ERROR`.
 
 use super::candidate::Candidate;
 use super::panic;
@@ -18,7 +30,7 @@ use dsh_core::{
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::Instrument;
 
@@ -37,6 +49,18 @@ struct BodyLeaf<'a> {
     track: &'a CallTrack,
     dispatcher: Option<Arc<dyn SubCallDispatcher>>,
     grace: Duration,
+    /// Every failure the leaf answered (code and message), to tell them from a wrapper's.
+    failures: Mutex<Vec<(ErrorCode, String)>>,
+}
+
+impl BodyLeaf<'_> {
+    fn returned(&self, failure: &ToolFailure) -> bool {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(code, message)| *code == failure.code && *message == failure.message)
+    }
 }
 
 fn ended_by_signal(signal: &Signal) -> ToolFailure {
@@ -55,6 +79,19 @@ fn ended_by_signal(signal: &Signal) -> ToolFailure {
 #[async_trait]
 impl Leaf for BodyLeaf<'_> {
     async fn dispatch(&self, req: DispatchRequest) -> DispatchOutcome {
+        let outcome = self.run_body(req).await;
+        if let Err(f) = &outcome {
+            self.failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((f.code, f.message.clone()));
+        }
+        outcome
+    }
+}
+
+impl BodyLeaf<'_> {
+    async fn run_body(&self, req: DispatchRequest) -> DispatchOutcome {
         let signal = Signal::fuse([req.signal, self.caller.clone()]);
         if signal.is_cancelled() {
             return Err(ended_by_signal(&signal));
@@ -90,12 +127,6 @@ impl Leaf for BodyLeaf<'_> {
             }
             Err(_) => return Err(ended_by_signal(&signal)),
         };
-        self.tool.validate_output(&value).map_err(|why| {
-            ToolFailure::with_code(
-                ErrorCode::ToolOutputError,
-                format!("the tool's output does not match its output schema: {why}"),
-            )
-        })?;
         Ok(value)
     }
 }
@@ -116,6 +147,7 @@ pub(super) async fn run(
         track,
         dispatcher,
         grace: pipeline.config.body_grace,
+        failures: Mutex::new(Vec::new()),
     };
     let req = DispatchRequest {
         tool: tool.definition().clone(),
@@ -132,7 +164,20 @@ pub(super) async fn run(
         .await;
     let value = match outcome {
         Ok(Ok(value)) => value,
-        Ok(Err(failure)) => return Err(Candidate::failed(failure.code, failure.message)),
+        Ok(Err(failure)) => {
+            let interrupt = failure.code == ErrorCode::ToolTimeout
+                || (failure.code == ErrorCode::Aborted && input.signal.is_cancelled());
+            if interrupt || leaf.returned(&failure) {
+                return Err(Candidate::failed(failure.code, failure.message));
+            }
+            return Err(Candidate::failed(
+                ErrorCode::PipelineError,
+                format!(
+                    "an around-wrapper failed the call ({}): {}",
+                    failure.code, failure.message
+                ),
+            ));
+        }
         Err(payload) => {
             return Err(Candidate::failed(
                 ErrorCode::PipelineError,
@@ -143,6 +188,17 @@ pub(super) async fn run(
             ));
         }
     };
+    if let Err(why) = tool.validate_output(&value) {
+        let whose = if track.body_started() {
+            "the tool's output"
+        } else {
+            "the value an around-wrapper answered without running the tool"
+        };
+        return Err(Candidate::failed(
+            ErrorCode::ToolOutputError,
+            format!("{whose} does not match its output schema: {why}"),
+        ));
+    }
     let definition = tool.definition();
     match std::panic::catch_unwind(AssertUnwindSafe(|| definition.present(&value))) {
         Ok(content) => Ok(Candidate::success(value, content)),

@@ -3,13 +3,20 @@
 //! A snapshot that cannot be taken (a value or meta nested too deep to round-trip through
 //! JSON, meta that is not an object) becomes a `PIPELINE_ERROR` result itself. Content over
 //! the size cap is cut on a character boundary, with a note for the model and the original
-//! size in meta, so a huge output is a bounded result rather than a failure.
+//! size in meta, so a huge output is a bounded result rather than a failure. A failure's
+//! `error.message` is cut to [`MAX_ERROR_MESSAGE_BYTES`] (or the content cap, if smaller): it
+//! is recorded beside the content, which already carries the failure's text for the model,
+//! so a tool that fails with megabytes of text costs one bounded log line, not two copies.
 
 use super::PipelineConfig;
 use super::candidate::Candidate;
 use dsh_core::content::truncate_at_char_boundary;
 use dsh_core::{ContentBlock, ErrorCode};
 use serde_json::Value;
+
+/// The most of a failure's `error.message` that is kept; the content keeps up to the content
+/// cap of the same text.
+pub(crate) const MAX_ERROR_MESSAGE_BYTES: usize = 2048;
 
 /// How deep a JSON value nests (a scalar is 0), without recursion.
 fn depth(value: &Value) -> usize {
@@ -85,6 +92,18 @@ pub(super) fn snapshot(config: &PipelineConfig, mut candidate: Candidate) -> Can
         meta.insert("truncated".into(), Value::Bool(true));
         meta.insert("originalBytes".into(), Value::from(total));
     }
+    let message_cap = MAX_ERROR_MESSAGE_BYTES.min(config.max_content_bytes);
+    if let Some(error) = &mut candidate.error
+        && error.message.len() > message_cap
+    {
+        let total = error.message.len();
+        let mut cut = truncate_at_char_boundary(&error.message, message_cap).to_string();
+        cut.push_str(&format!(" [message truncated: {total} bytes in all]"));
+        error.message = cut;
+        let meta = candidate.meta.get_or_insert_with(Default::default);
+        meta.insert("truncated".into(), Value::Bool(true));
+        meta.insert("originalMessageBytes".into(), Value::from(total));
+    }
     candidate
 }
 
@@ -111,5 +130,19 @@ mod tests {
         assert!(s.content[0].as_text().unwrap().len() <= 10);
         assert!(s.content[1].as_text().unwrap().contains("truncated"));
         assert_eq!(s.meta.unwrap()["originalBytes"], json!(40));
+    }
+
+    #[test]
+    fn a_huge_failure_message_is_cut_too() {
+        let config = PipelineConfig {
+            max_content_bytes: 10,
+            ..PipelineConfig::default()
+        };
+        let c = Candidate::failed(ErrorCode::ToolError, "é".repeat(20));
+        let s = snapshot(&config, c);
+        let message = &s.error.as_ref().unwrap().message;
+        assert!(message.starts_with("ééééé ["), "{message}");
+        assert!(message.contains("40 bytes in all"), "{message}");
+        assert_eq!(s.meta.unwrap()["originalMessageBytes"], json!(40));
     }
 }

@@ -12,3 +12,10 @@ pub(crate) fn message(payload: &(dyn Any + Send)) -> String {
         "a panic without a message".to_string()
     }
 }
+
+/// A hook's name for a log line, asked under a panic guard (a hook that already failed may
+/// fail again here).
+pub(crate) fn name_of<'a>(name: impl FnOnce() -> &'a str) -> String {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| name().to_string()))
+        .unwrap_or_else(|_| "<its name() panicked>".to_string())
+}

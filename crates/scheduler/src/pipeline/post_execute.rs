@@ -1,9 +1,15 @@
 //! `tools/post-execute`: the waterfall over a successful body's result.
 //!
-//! Handlers run in registration order. Each may replace the content or the value (one of the
-//! two: a replaced value is validated against the output schema and presented again), block
-//! the result (`BLOCKED`, which ends the waterfall), and add `additionalContexts`. A handler
-//! that errors or panics makes the result `PIPELINE_ERROR`. Error results skip this stage.
+//! Handlers run in registration order. Each may replace the content or the value (a replaced
+//! value is validated against the output schema and presented again), block the result
+//! (`BLOCKED`, which ends the waterfall), and add `additionalContexts`. A handler that errors
+//! or panics makes the result `PIPELINE_ERROR`. Error results skip this stage.
+//!
+//! One result has its content or its value replaced, never both: once a handler has replaced
+//! one kind, later handlers may replace the same kind again (each sees the one before), but a
+//! later handler replacing the other kind ends the result as `PIPELINE_ERROR` naming both
+//! handlers. Neither replacement is silently lost that way (a value replaced after a content
+//! redaction would be presented again and undo the redaction).
 
 use super::Pipeline;
 use super::candidate::Candidate;
@@ -25,6 +31,8 @@ pub(super) async fn run(
         return candidate;
     };
     let mut contexts = Vec::new();
+    // Which kind was replaced first, and by whom.
+    let mut replaced: Option<(&'static str, String)> = None;
     for handler in pipeline.hooks.post_execute_handlers() {
         let ctx = PostExecuteContext {
             call_id: &input.call_id,
@@ -62,6 +70,25 @@ pub(super) async fn run(
             let mut blocked = Candidate::failed(ErrorCode::Blocked, reason);
             blocked.contexts = contexts;
             return blocked;
+        }
+        if let Some(replacement) = &outcome.replace {
+            let kind = match replacement {
+                Replacement::Content(_) => "content",
+                Replacement::Value(_) => "value",
+            };
+            match &replaced {
+                Some((first, by)) if *first != kind => {
+                    return Candidate::failed(
+                        ErrorCode::PipelineError,
+                        format!(
+                            "post-execute handler `{}` replaced the {kind} after handler `{by}` replaced the {first}; a result may have one or the other replaced, never both",
+                            handler.name()
+                        ),
+                    );
+                }
+                Some(_) => {}
+                None => replaced = Some((kind, handler.name().to_string())),
+            }
         }
         match outcome.replace {
             None => {}
