@@ -9,11 +9,13 @@ macro_rules! exit_codes {
         "\
 Exit codes:
   0  success
-  1  `run`: some transcript lines were not assistant messages and were skipped
-     `check`: the log violates an invariant (the first violation is named on stderr)
+  1  `run`: some transcript lines were not assistant messages (each one is recorded
+     as a TOOL_INPUT_ERROR result and named on stderr)
+     `check`: the log violates an invariant, or needs recovery (`dsh recover`); the
+     first problem is named on stderr
   2  usage: a bad option or argument, or a policy file that does not parse
   3  I/O or log failure: a file could not be read or created, or the session log
-     could not be written or read"
+     could not be written or read (a directory, no permission, corrupt in the middle)"
     };
 }
 
@@ -49,18 +51,37 @@ pub enum Command {
     /// Bad calls are answered, not fatal: arguments that are not JSON get `TOOL_INPUT_ERROR`,
     /// an unknown tool `UNKNOWN_TOOL`, a refused call `DENIED`; a missing or repeated call id
     /// is replaced by a fresh one (reported on stderr). A line that is not an assistant message
-    /// is skipped with one line on stderr (exit code 1); a message without tool calls is noted
-    /// and skipped.
+    /// (not UTF-8, not JSON, another role, a bad `tool_calls`) still takes its step: it is
+    /// recorded as one call `dsh_line_N` with an empty name and the line's text as its
+    /// arguments, answered `TOOL_INPUT_ERROR` naming the line and why, printed in the format
+    /// of the line before it (OpenAI's for a first line), and reported on stderr (exit code
+    /// 1). A message without tool calls is noted on stderr and records nothing.
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
     /// Print the model-visible transcript rebuilt from a session log alone.
     ///
-    /// The output is what `dsh run` printed for the same steps, in the chosen format.
+    /// Every step is rendered in the one format `--format` names (default: openai): the log
+    /// does not record which format a transcript line was in. For a transcript in that format
+    /// the output is exactly what `dsh run` printed; the steps of a transcript that mixes
+    /// formats come out in the chosen one. A log left by a crash is shown as recovery would
+    /// leave it (without changing the file).
     #[command(after_help = EXIT_CODES)]
     Replay(ReplayArgs),
     /// Verify a session log's invariants; exits 1 naming the first violation.
+    ///
+    /// A log left by a crash (a torn tail, calls of the last step without a result) fails too,
+    /// but is named as needing recovery rather than as a violation: `dsh recover LOG` repairs
+    /// it.
     #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
+    /// Recover a session log left by a crash, in place, and say what was repaired.
+    ///
+    /// Does what opening the log for `dsh run` does: cuts a torn tail, ends a last line that
+    /// lacks its newline, and closes every call left without a result with an `ABORTED`
+    /// result. Reports the repairs in one line on stderr and exits 0 (also when there was
+    /// nothing to repair); a log that is corrupt in the middle is left untouched (exit 3).
+    #[command(after_help = EXIT_CODES)]
+    Recover(RecoverArgs),
     /// Run a bundled example transcript on a fresh copy of a small sample project.
     ///
     /// Copies the sample project into a new temporary directory, runs the example (reads,
@@ -129,7 +150,7 @@ pub struct ReplayArgs {
     /// The session log.
     #[arg(value_name = "LOG")]
     pub log: PathBuf,
-    /// The format to print in.
+    /// The format every step is printed in (the log does not record the transcript's).
     #[arg(long, value_enum, default_value_t = FormatArg::Openai)]
     pub format: FormatArg,
 }
@@ -138,6 +159,14 @@ pub struct ReplayArgs {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The session log.
+    #[arg(value_name = "LOG")]
+    pub log: PathBuf,
+}
+
+/// `dsh recover`.
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// The session log (it must exist).
     #[arg(value_name = "LOG")]
     pub log: PathBuf,
 }

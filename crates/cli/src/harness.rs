@@ -156,10 +156,11 @@ pub async fn start(
     }
     hooks.around(MetricsLayer::default());
     hooks.around(RetryLayer);
-    hooks.around(TimeoutLayer::default().with_default_ms(options.timeout_ms));
 
+    // The harness installs the timeout innermost (each retry gets its own deadline).
     let harness = match HarnessBuilder::new(registry)
         .hooks(hooks)
+        .timeout(TimeoutLayer::default().with_default_ms(options.timeout_ms))
         .approval(approve::responder(options.approve, stdin_free))
         .build()
         .await
@@ -181,27 +182,10 @@ pub async fn start(
             }
         };
     if recovery.repaired() {
-        let mut what = Vec::new();
-        if recovery.torn_bytes_cut > 0 {
-            what.push(format!(
-                "cut a torn last line of {} bytes",
-                recovery.torn_bytes_cut
-            ));
-        }
-        if recovery.newline_added {
-            what.push("ended the last line".to_string());
-        }
-        if !recovery.closed_calls.is_empty() {
-            what.push(format!(
-                "closed {} call(s) left open with ABORTED ({})",
-                recovery.closed_calls.len(),
-                recovery.closed_calls.join(", ")
-            ));
-        }
         note(format!(
             "recovered {}: {}",
             log_path.display(),
-            what.join("; ")
+            crate::replay::describe_recovery(&recovery).join("; ")
         ));
     }
     if recovery.next_step > 1 {

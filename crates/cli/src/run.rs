@@ -4,8 +4,12 @@ use crate::cli::PipelineOptions;
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use crate::harness::{self, Running};
 use crate::output::{JsonLines, note};
-use dsh_formats::{parse_line, render_step, step_from_run};
-use dsh_scheduler::{RenamedCallId, SchedulerError, StepRequest};
+use dsh_core::event::{ToolCallData, ToolResultData};
+use dsh_core::transcript::{TranscriptCall, TranscriptResult, TranscriptStep};
+use dsh_core::{ContentBlock, ErrorCode, EventBody, ToolError};
+use dsh_formats::{Format, parse_line, render_step, step_from_run};
+use dsh_scheduler::{RenamedCallId, SchedulerError, StepOutcome, StepRequest};
+use serde_json::Value;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -78,7 +82,8 @@ struct Tally {
     talk_only: usize,
 }
 
-/// Runs the transcript. Returns the exit code: 0, or 1 when some lines were skipped as bad.
+/// Runs the transcript. Returns the exit code: 0, or 1 when some lines were not assistant
+/// messages (each recorded as a `TOOL_INPUT_ERROR` result).
 pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, CliError> {
     let stdin_free = !matches!(plan.transcript, TranscriptSource::Stdin);
     // Open the transcript first: a typo in its name must not leave a new empty log behind.
@@ -99,18 +104,21 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
         (Some(a), Some(b)) => format!("ran steps {a}-{b}"),
         _ => "ran no steps".to_string(),
     };
-    let mut skipped = String::new();
+    let mut trouble = String::new();
     if tally.bad_lines > 0 {
-        skipped.push_str(&format!(", skipped {} bad line(s)", tally.bad_lines));
+        trouble.push_str(&format!(
+            ", {} bad line(s) recorded as TOOL_INPUT_ERROR",
+            tally.bad_lines
+        ));
     }
     if tally.talk_only > 0 {
-        skipped.push_str(&format!(
+        trouble.push_str(&format!(
             ", {} message(s) without tool calls",
             tally.talk_only
         ));
     }
     note(format!(
-        "{steps} from {name}{skipped}; log: {}",
+        "{steps} from {name}{trouble}; log: {}",
         plan.log.display()
     ));
     Ok(if tally.bad_lines > 0 {
@@ -130,6 +138,8 @@ fn run_lines(
 ) -> Result<(), CliError> {
     let mut number = 0usize;
     let mut bytes = Vec::new();
+    // A bad line is printed in the format of the line before it (OpenAI's at first).
+    let mut format = Format::default();
     loop {
         bytes.clear();
         let n = reader
@@ -140,23 +150,37 @@ fn run_lines(
         }
         number += 1;
         let at = format!("{name}:{number}");
-        let Ok(line) = std::str::from_utf8(&bytes) else {
-            note(format!("{at}: skipped: the line is not UTF-8 text"));
-            tally.bad_lines += 1;
-            continue;
+        let line = match std::str::from_utf8(&bytes) {
+            Ok(line) => line.trim(),
+            Err(e) => {
+                let text = String::from_utf8_lossy(&bytes);
+                let bad = BadLine {
+                    number,
+                    at: &at,
+                    text: text.trim(),
+                    reason: format!("not UTF-8 text ({e})"),
+                };
+                record_bad_line(rt, running, bad, format, out, tally)?;
+                continue;
+            }
         };
-        let line = line.trim();
         if line.is_empty() {
             continue;
         }
         let parsed = match parse_line(line) {
             Ok(p) => p,
             Err(e) => {
-                note(format!("{at}: skipped: {e}"));
-                tally.bad_lines += 1;
+                let bad = BadLine {
+                    number,
+                    at: &at,
+                    text: line,
+                    reason: e.to_string(),
+                };
+                record_bad_line(rt, running, bad, format, out, tally)?;
                 continue;
             }
         };
+        format = parsed.format;
         if parsed.calls.is_empty() {
             note(format!(
                 "{at}: the assistant message has no tool calls; nothing to run"
@@ -164,25 +188,7 @@ fn run_lines(
             tally.talk_only += 1;
             continue;
         }
-        let request = StepRequest {
-            agent: "main".into(),
-            calls: parsed.calls.clone(),
-        };
-        let outcome = match rt.block_on(running.session.run_step(request)) {
-            Ok(o) => o,
-            Err(SchedulerError::LogFailed { error, outcome }) => {
-                return Err(CliError::log(
-                    &running.log_path,
-                    format!("writing step {} (from {at}) failed: {error}", outcome.step),
-                ));
-            }
-            Err(e) => {
-                return Err(CliError::log(
-                    &running.log_path,
-                    format!("running {at} failed: {e}"),
-                ));
-            }
-        };
+        let outcome = run_step(rt, running, parsed.calls.clone(), &at)?;
         for r in &outcome.renamed {
             note(format!("{at}: {}", describe_rename(r)));
         }
@@ -196,6 +202,124 @@ fn run_lines(
         );
         out.print(&render_step(parsed.format, &step))?;
     }
+}
+
+/// Runs `calls` as the session's next step.
+fn run_step(
+    rt: &Runtime,
+    running: &Running,
+    calls: Vec<dsh_core::ToolCall>,
+    at: &str,
+) -> Result<StepOutcome, CliError> {
+    let request = StepRequest {
+        agent: "main".into(),
+        calls,
+    };
+    match rt.block_on(running.session.run_step(request)) {
+        Ok(o) => Ok(o),
+        Err(SchedulerError::LogFailed { error, outcome }) => Err(CliError::log(
+            &running.log_path,
+            format!("writing step {} (from {at}) failed: {error}", outcome.step),
+        )),
+        Err(e) => Err(CliError::log(
+            &running.log_path,
+            format!("running {at} failed: {e}"),
+        )),
+    }
+}
+
+/// A transcript line that is not an assistant message.
+struct BadLine<'a> {
+    /// 1-based line number.
+    number: usize,
+    /// `NAME:NUMBER`, for stderr.
+    at: &'a str,
+    /// The line's text (invalid UTF-8 replaced), without surrounding whitespace.
+    text: &'a str,
+    /// Why it is not an assistant message.
+    reason: String,
+}
+
+/// The call id a bad line is recorded under.
+fn bad_line_call_id(number: usize) -> String {
+    format!("dsh_line_{number}")
+}
+
+/// A bad line still takes its step: it is recorded as one call named `""` whose arguments are
+/// the line's text, answered `TOOL_INPUT_ERROR` with the line number and the reason, so the
+/// log says what the transcript held and `dsh replay` prints what was printed here.
+fn record_bad_line(
+    rt: &Runtime,
+    running: &Running,
+    bad: BadLine<'_>,
+    format: Format,
+    out: &mut JsonLines,
+    tally: &mut Tally,
+) -> Result<(), CliError> {
+    // An empty step records nothing; it gives the line its own step number.
+    let step = run_step(rt, running, Vec::new(), bad.at)?.step;
+    let call_id = bad_line_call_id(bad.number);
+    let message = format!(
+        "transcript line {} could not be run: {}",
+        bad.number, bad.reason
+    );
+    let arguments = Value::String(bad.text.to_string());
+    let content = vec![ContentBlock::text(message.clone())];
+    let error = ToolError::new(ErrorCode::ToolInputError, message);
+    let log = running.session.log();
+    let failed = |e: dsh_session::SessionError| {
+        CliError::log(
+            &running.log_path,
+            format!("recording step {step} (from {}) failed: {e}", bad.at),
+        )
+    };
+    let call_seq = rt
+        .block_on(log.append(
+            step,
+            EventBody::ToolCall(ToolCallData {
+                call_id: call_id.clone(),
+                name: String::new(),
+                arguments: arguments.clone(),
+                agent: "main".into(),
+                parent: None,
+            }),
+        ))
+        .map_err(failed)?;
+    rt.block_on(log.append(
+        step,
+        EventBody::result(
+            ToolResultData {
+                call_id: call_id.clone(),
+                message: content.clone(),
+                error: Some(error.clone()),
+                meta: None,
+            },
+            call_seq,
+        ),
+    ))
+    .map_err(failed)?;
+    note(format!(
+        "{}: {}; recorded in step {step} as call `{call_id}` with TOOL_INPUT_ERROR",
+        bad.at, bad.reason
+    ));
+    tally.bad_lines += 1;
+    tally.first_step.get_or_insert(step);
+    tally.last_step = Some(step);
+    let step = TranscriptStep {
+        step,
+        calls: vec![TranscriptCall {
+            call_id: call_id.clone(),
+            name: String::new(),
+            arguments,
+        }],
+        results: vec![TranscriptResult {
+            call_id,
+            content,
+            error: Some(error),
+        }],
+        user_messages: Vec::new(),
+    };
+    out.print(&render_step(format, &step))
 }
 
 fn describe_rename(r: &RenamedCallId) -> String {

@@ -169,3 +169,90 @@ fn pipeline_options_change_how_it_runs_not_what_the_model_sees() {
     }
     assert_eq!(outputs[0], outputs[1]);
 }
+
+#[test]
+fn a_transcript_mixing_formats_prints_each_step_in_its_own_lines_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = sample_workspace(dir.path());
+    let log = dir.path().join("session.jsonl");
+    let t = common::transcript(
+        dir.path(),
+        "mixed.jsonl",
+        &[
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"call_a","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"README.md\"}"}}]}"#,
+            r#"{"role":"assistant","content":[{"type":"text","text":"Now the changelog."},{"type":"tool_use","id":"toolu_b","name":"read_file","input":{"path":"CHANGELOG.md"}}]}"#,
+            // Anthropic with a null `tool_calls`, as some clients send it.
+            r#"{"role":"assistant","tool_calls":null,"content":[{"type":"tool_use","id":"toolu_c","name":"list_dir","input":{"path":"src"}}]}"#,
+            r#"{"role":"assistant","content":"","tool_calls":[{"id":"call_d","type":"function","function":{"name":"glob","arguments":"{\"pattern\":\"src/*.rs\"}"}}]}"#,
+        ],
+    );
+    let ran = run(&t, &ws, &log, &[]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let m = ran.messages();
+    assert_eq!(m.len(), 8, "two messages a step: {}", ran.stdout);
+
+    // Step 1, OpenAI: tool_calls with string arguments, then a `tool` message.
+    assert_eq!(m[0]["tool_calls"][0]["id"], "call_a");
+    assert_eq!(
+        m[0]["tool_calls"][0]["function"]["arguments"],
+        r#"{"path":"README.md"}"#
+    );
+    assert_eq!(m[1]["role"], "tool");
+    assert_eq!(m[1]["tool_call_id"], "call_a");
+    assert!(m[1]["content"].as_str().unwrap().contains("tiny-calc"));
+    // Steps 2 and 3, Anthropic: tool_use blocks, then one user message of tool_result blocks.
+    for (i, id) in [(2, "toolu_b"), (4, "toolu_c")] {
+        assert!(m[i].get("tool_calls").is_none(), "{}", m[i]);
+        assert_eq!(m[i]["content"][0]["type"], "tool_use");
+        assert_eq!(m[i]["content"][0]["id"], id);
+        assert!(m[i]["content"][0]["input"].is_object());
+        assert_eq!(m[i + 1]["role"], "user");
+        assert_eq!(m[i + 1]["content"][0]["type"], "tool_result");
+        assert_eq!(m[i + 1]["content"][0]["tool_use_id"], id);
+    }
+    assert!(
+        m[3]["content"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Changelog")
+    );
+    assert!(
+        m[5]["content"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("lib.rs")
+    );
+    // Step 4, OpenAI again.
+    assert_eq!(m[6]["tool_calls"][0]["id"], "call_d");
+    assert_eq!(m[7]["role"], "tool");
+    assert_eq!(m[7]["tool_call_id"], "call_d");
+
+    // Replay renders every step in the one format it is given: each format's steps come back
+    // exactly as run printed them, the others in the chosen shape.
+    let run_lines: Vec<&str> = ran.stdout.lines().collect();
+    let openai = replay(&log, "openai");
+    let anthropic = replay(&log, "anthropic");
+    let openai_lines: Vec<&str> = openai.stdout.lines().collect();
+    let anthropic_lines: Vec<&str> = anthropic.stdout.lines().collect();
+    assert_eq!(openai_lines.len(), 8);
+    assert_eq!(anthropic_lines.len(), 8);
+    for i in [0, 1, 6, 7] {
+        assert_eq!(openai_lines[i], run_lines[i], "openai step line {i}");
+        assert_ne!(anthropic_lines[i], run_lines[i], "line {i}");
+    }
+    for i in [2, 3, 4, 5] {
+        assert_eq!(anthropic_lines[i], run_lines[i], "anthropic step line {i}");
+        assert_ne!(openai_lines[i], run_lines[i], "line {i}");
+    }
+    assert_eq!(check(&log).code, 0);
+
+    // And replay's help says so.
+    let help = dsh(&["replay", "--help"]);
+    assert!(
+        help.stdout
+            .contains("Every step is rendered in the one format"),
+        "{}",
+        help.stdout
+    );
+    assert!(help.stdout.contains("default: openai"), "{}", help.stdout);
+}

@@ -27,8 +27,16 @@ pub struct ToolCallData {
     pub arguments: Value,
     /// The agent that made the call.
     pub agent: String,
-    /// The parent call's id, or null.
+    /// The parent call's id, or null. The key is always written, and required when read: a
+    /// `tool/call` without it is not an event of this format.
+    #[serde(deserialize_with = "present_or_null")]
     pub parent: Option<String>,
+}
+
+/// Reads a field that may be `null` but must be there: with `deserialize_with`, serde reports a
+/// missing key as an error instead of defaulting an `Option` to `None`.
+fn present_or_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d)
 }
 
 /// `tool/result`: the single result the model sees.
@@ -361,5 +369,186 @@ mod tests {
             .is_err()
         );
         assert!(SessionEvent::from_json_line("{\"seq\":1").is_err());
+    }
+    /// The golden wire format: each event type serializes to exactly this line (field names,
+    /// their order, null versus absent), and the line reads back to the same event.
+    fn golden(event: SessionEvent, line: &str) {
+        assert_eq!(event.to_json_line(), line);
+        assert_eq!(SessionEvent::from_json_line(line).unwrap(), event);
+    }
+
+    fn keys(line: &str, at: Option<&str>) -> Vec<String> {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let obj = match at {
+            Some(k) => v[k].as_object().unwrap().clone(),
+            None => v.as_object().unwrap().clone(),
+        };
+        let mut keys: Vec<String> = obj.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    fn sorted(keys: &[&str]) -> Vec<String> {
+        let mut keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn golden_tool_call_with_parent_null_and_with_a_parent() {
+        let call = |parent: Option<&str>| SessionEvent {
+            seq: 1,
+            step: 2,
+            body: EventBody::ToolCall(ToolCallData {
+                call_id: "c1".into(),
+                name: "read_file".into(),
+                arguments: json!({"path": "a.txt"}),
+                agent: "main".into(),
+                parent: parent.map(str::to_string),
+            }),
+        };
+        let top = r#"{"seq":1,"step":2,"type":"tool/call","data":{"callId":"c1","name":"read_file","arguments":{"path":"a.txt"},"agent":"main","parent":null}}"#;
+        golden(call(None), top);
+        let child = r#"{"seq":1,"step":2,"type":"tool/call","data":{"callId":"c1","name":"read_file","arguments":{"path":"a.txt"},"agent":"main","parent":"c0"}}"#;
+        golden(call(Some("c0")), child);
+        for line in [top, child] {
+            assert_eq!(keys(line, None), sorted(&["seq", "step", "type", "data"]));
+            assert_eq!(
+                keys(line, Some("data")),
+                sorted(&["callId", "name", "arguments", "agent", "parent"])
+            );
+        }
+    }
+
+    #[test]
+    fn golden_tool_result_with_error_and_meta_and_without() {
+        let mut meta = Map::new();
+        meta.insert("dsh.recovered".into(), json!(true));
+        let failed = SessionEvent {
+            seq: 2,
+            step: 2,
+            body: EventBody::result(
+                ToolResultData {
+                    call_id: "c1".into(),
+                    message: vec![ContentBlock::text("outside the workspace")],
+                    error: Some(ToolError::new(ErrorCode::Denied, "outside the workspace")),
+                    meta: Some(meta),
+                },
+                1,
+            ),
+        };
+        let line = r#"{"seq":2,"step":2,"type":"tool/result","data":{"callId":"c1","message":[{"type":"text","text":"outside the workspace"}],"error":{"code":"DENIED","message":"outside the workspace"},"meta":{"dsh.recovered":true}},"surfaceOp":"append","sourceEventSeqs":[1]}"#;
+        golden(failed, line);
+        assert_eq!(
+            keys(line, None),
+            sorted(&[
+                "seq",
+                "step",
+                "type",
+                "data",
+                "surfaceOp",
+                "sourceEventSeqs"
+            ])
+        );
+        assert_eq!(
+            keys(line, Some("data")),
+            sorted(&["callId", "message", "error", "meta"])
+        );
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            keys(&v["data"]["error"].to_string(), None),
+            sorted(&["code", "message"])
+        );
+
+        // A success has neither `error` nor `meta`: absent, not null.
+        let ok = SessionEvent {
+            seq: 2,
+            step: 2,
+            body: EventBody::result(
+                ToolResultData {
+                    call_id: "c1".into(),
+                    message: vec![ContentBlock::Image {
+                        media_type: "image/png".into(),
+                        data: "AA==".into(),
+                    }],
+                    error: None,
+                    meta: None,
+                },
+                1,
+            ),
+        };
+        let line = r#"{"seq":2,"step":2,"type":"tool/result","data":{"callId":"c1","message":[{"type":"image","media_type":"image/png","data":"AA=="}]},"surfaceOp":"append","sourceEventSeqs":[1]}"#;
+        golden(ok, line);
+        assert_eq!(keys(line, Some("data")), sorted(&["callId", "message"]));
+    }
+
+    #[test]
+    fn golden_code_dispatch_with_its_parent_and_outcome() {
+        let dispatch = |error: Option<ToolError>| SessionEvent {
+            seq: 3,
+            step: 2,
+            body: EventBody::CodeDispatch(CodeDispatchData {
+                call_id: "c1.1".into(),
+                parent_call_id: "c1".into(),
+                name: "write_file".into(),
+                arguments: json!({"path": "x"}),
+                message: vec![ContentBlock::text("no")],
+                error,
+            }),
+        };
+        let denied = r#"{"seq":3,"step":2,"type":"tool/code-dispatch","data":{"callId":"c1.1","parentCallId":"c1","name":"write_file","arguments":{"path":"x"},"message":[{"type":"text","text":"no"}],"error":{"code":"DENIED","message":"no"}}}"#;
+        golden(
+            dispatch(Some(ToolError::new(ErrorCode::Denied, "no"))),
+            denied,
+        );
+        assert_eq!(
+            keys(denied, Some("data")),
+            sorted(&[
+                "callId",
+                "parentCallId",
+                "name",
+                "arguments",
+                "message",
+                "error"
+            ])
+        );
+        let ok = r#"{"seq":3,"step":2,"type":"tool/code-dispatch","data":{"callId":"c1.1","parentCallId":"c1","name":"write_file","arguments":{"path":"x"},"message":[{"type":"text","text":"no"}]}}"#;
+        golden(dispatch(None), ok);
+        assert_eq!(keys(ok, None), sorted(&["seq", "step", "type", "data"]));
+    }
+
+    #[test]
+    fn golden_user_message_with_content_and_origin() {
+        let e = SessionEvent {
+            seq: 4,
+            step: 2,
+            body: EventBody::UserMessage(UserMessageData {
+                content: "the file changed since it was read".into(),
+                origin: "c1".into(),
+            }),
+        };
+        let line = r#"{"seq":4,"step":2,"type":"user/message","data":{"content":"the file changed since it was read","origin":"c1"}}"#;
+        golden(e, line);
+        assert_eq!(keys(line, Some("data")), sorted(&["content", "origin"]));
+    }
+
+    #[test]
+    fn a_tool_call_without_its_parent_key_is_refused() {
+        let without = r#"{"seq":1,"step":1,"type":"tool/call","data":{"callId":"c1","name":"t","arguments":{},"agent":"main"}}"#;
+        let err = SessionEvent::from_json_line(without).unwrap_err();
+        assert!(err.to_string().contains("parent"), "{err}");
+        // Also when `data` comes before `type` (the other reading path).
+        let data_first = r#"{"data":{"callId":"c1","name":"t","arguments":{},"agent":"main"},"type":"tool/call","step":1,"seq":1}"#;
+        let err = SessionEvent::from_json_line(data_first).unwrap_err();
+        assert!(err.to_string().contains("parent"), "{err}");
+        // null and a string are both accepted.
+        for parent in ["null", "\"c0\""] {
+            let line = format!(
+                r#"{{"seq":1,"step":1,"type":"tool/call","data":{{"callId":"c1","name":"t","arguments":{{}},"agent":"main","parent":{parent}}}}}"#
+            );
+            assert!(SessionEvent::from_json_line(&line).is_ok(), "{line}");
+        }
+        let number = r#"{"seq":1,"step":1,"type":"tool/call","data":{"callId":"c1","name":"t","arguments":{},"agent":"main","parent":7}}"#;
+        assert!(SessionEvent::from_json_line(number).is_err());
     }
 }

@@ -38,9 +38,23 @@ fn message_of(value: &Value) -> Result<&Map<String, Value>, FormatError> {
         .ok_or_else(|| FormatError::NotAnObject(kind(inner)))
 }
 
+fn has_tool_use_blocks(content: Option<&Value>) -> bool {
+    match content {
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use")),
+        _ => false,
+    }
+}
+
 fn detect_object(msg: &Map<String, Value>) -> Option<Format> {
-    if msg.contains_key("tool_calls") {
-        return Some(Format::OpenAi);
+    match msg.get("tool_calls") {
+        // `tool_calls` with a value is the OpenAI shape, whatever `content` holds.
+        Some(v) if !v.is_null() => return Some(Format::OpenAi),
+        // `"tool_calls": null` is what some clients put on every message; `tool_use` blocks
+        // then say it is an Anthropic message, and their absence leaves it OpenAI's.
+        Some(_) if !has_tool_use_blocks(msg.get("content")) => return Some(Format::OpenAi),
+        _ => {}
     }
     match msg.get("content") {
         Some(Value::Array(_)) => Some(Format::Anthropic),
@@ -49,14 +63,21 @@ fn detect_object(msg: &Map<String, Value>) -> Option<Format> {
     }
 }
 
-/// The format of an assistant message: OpenAI/DeepSeek when it has `tool_calls` (or plain
-/// text content), Anthropic when its `content` is an array of blocks. `None` when neither fits.
+/// The format of an assistant message: OpenAI/DeepSeek when it has a non-null `tool_calls`
+/// (or plain text content), Anthropic when its `content` is an array of blocks. A
+/// `"tool_calls": null` decides nothing when `content` holds `tool_use` blocks (Anthropic);
+/// without them the message stays OpenAI's. `None` when neither fits.
 ///
 /// ```
 /// use dsh_formats::{Format, detect};
 /// use serde_json::json;
 /// assert_eq!(detect(&json!({"role": "assistant", "tool_calls": []})), Some(Format::OpenAi));
 /// assert_eq!(detect(&json!({"role": "assistant", "content": [{"type": "tool_use"}]})), Some(Format::Anthropic));
+/// assert_eq!(
+///     detect(&json!({"role": "assistant", "tool_calls": null, "content": [{"type": "tool_use"}]})),
+///     Some(Format::Anthropic)
+/// );
+/// assert_eq!(detect(&json!({"role": "assistant", "tool_calls": null, "content": null})), Some(Format::OpenAi));
 /// assert_eq!(detect(&json!({"hello": 1})), None);
 /// ```
 pub fn detect(value: &Value) -> Option<Format> {
@@ -70,11 +91,29 @@ pub fn detect(value: &Value) -> Option<Format> {
 /// let m = parse_line(r#"{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"glob","input":{"pattern":"*.rs"}}]}"#).unwrap();
 /// assert_eq!((m.format, m.calls.len()), (Format::Anthropic, 1));
 /// assert!(matches!(parse_line("{oops"), Err(FormatError::NotJson(_))));
+/// assert_eq!(
+///     parse_line("[1,2").unwrap_err().to_string(),
+///     "not JSON: EOF while parsing a list at column 4"
+/// );
 /// ```
 pub fn parse_line(line: &str) -> Result<ParsedMessage, FormatError> {
     let value: Value =
-        serde_json::from_str(line).map_err(|e| FormatError::NotJson(e.to_string()))?;
+        serde_json::from_str(line).map_err(|e| FormatError::NotJson(at_column(&e)))?;
     parse_message(&value)
+}
+
+/// serde_json's message with the position as a column of the line (`expected value at column
+/// 3`): the line number it counts is always 1 for one line of a transcript, and would be
+/// mistaken for the transcript's.
+fn at_column(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    if e.line() == 1 {
+        let position = format!(" at line 1 column {}", e.column());
+        if let Some(bare) = full.strip_suffix(&position) {
+            return format!("{bare} at column {}", e.column());
+        }
+    }
+    full
 }
 
 /// Parses an assistant message (or a whole chat-completions response, whose

@@ -160,3 +160,42 @@ fn lines_that_are_not_assistant_messages_are_errors_with_a_reason() {
     let err = parse_line(r#"{"role":"assistant","tool_calls":"read_file"}"#).unwrap_err();
     assert_eq!(err.to_string(), "`tool_calls` must be an array");
 }
+
+#[test]
+fn a_null_tool_calls_does_not_hide_anthropic_tool_use_blocks() {
+    // Some clients put `"tool_calls": null` on every message, Anthropic ones included.
+    let m = parse_line(
+        r#"{"role":"assistant","tool_calls":null,"content":[
+            {"type":"text","text":"Reading it."},
+            {"type":"tool_use","id":"toolu_1","name":"read_file","input":{"path":"README.md"}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(m.format, Format::Anthropic);
+    assert_eq!(
+        m.calls,
+        vec![ToolCall::new(
+            "toolu_1",
+            "read_file",
+            json!({"path": "README.md"})
+        )]
+    );
+
+    // Without tool_use blocks, a null `tool_calls` stays an OpenAI message without calls.
+    for line in [
+        r#"{"role":"assistant","tool_calls":null,"content":"All done."}"#,
+        r#"{"role":"assistant","tool_calls":null,"content":null}"#,
+        r#"{"role":"assistant","tool_calls":null,"content":[{"type":"text","text":"done"}]}"#,
+    ] {
+        let m = parse_line(line).unwrap();
+        assert_eq!((m.format, m.calls.len()), (Format::OpenAi, 0), "{line}");
+    }
+
+    // A `tool_calls` with a value is OpenAI's even beside tool_use-looking content.
+    let m = parse_line(
+        r#"{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"glob","arguments":"{}"}}],
+            "content":[{"type":"tool_use","id":"toolu_1","name":"read_file","input":{}}]}"#,
+    )
+    .unwrap();
+    assert_eq!(m.format, Format::OpenAi);
+    assert_eq!(m.calls, vec![ToolCall::new("c1", "glob", json!({}))]);
+}

@@ -18,6 +18,10 @@
 //!
 //! "First" is log order: the violation found at the earliest event, reading from the top.
 //!
+//! [`check_file`] also tells a log that only needs recovery from a broken one: a torn tail, or
+//! calls of the last step left without a result, and nothing else wrong, is
+//! [`Violation::NeedsRecovery`] (still a failure: the log is not whole until it is recovered).
+//!
 //! ```
 //! use dsh_core::event::{EventBody, SessionEvent, UserMessageData};
 //! use dsh_session::check::{check, Violation};
@@ -35,6 +39,7 @@
 
 use crate::error::SessionError;
 use crate::lines::for_each_line;
+use crate::recover::{Tail, TornRun, Tracker, Verdict};
 use dsh_core::event::SURFACE_APPEND;
 use dsh_core::{EventBody, SessionEvent};
 use std::collections::{BTreeMap, HashMap};
@@ -175,7 +180,21 @@ pub enum Violation {
         /// Where it is instead.
         reason: String,
     },
+    /// What a crash leaves, and nothing else: a torn tail, calls of the last step without a
+    /// result, or both. Recovery (opening the log for writing) repairs it; the log breaks no
+    /// invariant once it is recovered. Only [`check_file`] reports it.
+    NeedsRecovery {
+        /// The 1-based line the torn tail starts at (it runs to the end of the file).
+        torn_line: Option<usize>,
+        /// The torn tail's size in bytes.
+        torn_bytes: u64,
+        /// The ids of the calls left open, in seq order.
+        open_calls: Vec<String>,
+    },
 }
+
+/// At most this many open call ids are named in a message.
+const NAMED_CALLS: usize = 5;
 
 impl Violation {
     /// The seq of the event the violation is about, when there is one.
@@ -183,7 +202,8 @@ impl Violation {
         match self {
             Violation::Unreadable { .. }
             | Violation::Parse { .. }
-            | Violation::SeqOutOfOrder { .. } => None,
+            | Violation::SeqOutOfOrder { .. }
+            | Violation::NeedsRecovery { .. } => None,
             Violation::MissingResult { call_seq, .. } => Some(*call_seq),
             Violation::StepBackwards { seq, .. }
             | Violation::SurfaceOp { seq, .. }
@@ -293,6 +313,41 @@ impl fmt::Display for Violation {
                 f,
                 "seq {seq}: tool/code-dispatch for parent `{parent_call_id}` {reason}"
             ),
+            Violation::NeedsRecovery {
+                torn_line,
+                torn_bytes,
+                open_calls,
+            } => {
+                f.write_str(
+                    "the log needs recovery (what a crash leaves, not a broken invariant): ",
+                )?;
+                if let Some(line) = torn_line {
+                    write!(
+                        f,
+                        "a torn tail at line {line} ({torn_bytes} bytes to the end of the file)"
+                    )?;
+                    if !open_calls.is_empty() {
+                        f.write_str(", and ")?;
+                    }
+                }
+                if !open_calls.is_empty() {
+                    let mut named = open_calls
+                        .iter()
+                        .take(NAMED_CALLS)
+                        .map(|id| format!("`{id}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    if open_calls.len() > NAMED_CALLS {
+                        named.push_str(&format!(" and {} more", open_calls.len() - NAMED_CALLS));
+                    }
+                    write!(
+                        f,
+                        "{} call(s) left open without a result ({named})",
+                        open_calls.len()
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -522,9 +577,14 @@ pub fn check(events: &[SessionEvent]) -> Result<CheckReport, Violation> {
     Ok(pass.report)
 }
 
-/// Checks the JSON Lines log at `path`: every line must be a whole event (a torn last line is
-/// a [`Violation::Parse`]; a last line lacking only its newline is accepted), then [`check`].
-/// An empty file is a valid, empty log.
+/// Checks the JSON Lines log at `path`: every line must be a whole event (a last line lacking
+/// only its newline is accepted), then [`check`]. An empty file is a valid, empty log.
+///
+/// A log that only needs recovery is [`Violation::NeedsRecovery`]: its only faults are a torn
+/// tail (the bad lines recovery would cut, see [`crate::FileBackend::open`]) and calls left
+/// open that recovery's `ABORTED` results would close without breaking any invariant. Any
+/// other fault before that is reported as itself: a bad line that something whole follows
+/// is a [`Violation::Parse`] naming it.
 pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
     let path = path.as_ref();
     let unreadable = |e: std::io::Error| Violation::Unreadable {
@@ -532,25 +592,45 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
     };
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let mut events = Vec::new();
-    for_each_line(
+    let mut run = TornRun::default();
+    let total = for_each_line(
         file,
-        |line| {
-            if line.bytes.iter().all(u8::is_ascii_whitespace) {
-                return Err(Violation::Parse {
-                    line: line.number,
-                    reason: "blank line".into(),
-                });
+        |line| match run.line(line.number, line.offset, line.bytes) {
+            Verdict::Event(event) => {
+                events.push(event);
+                Ok(())
             }
-            let event = serde_json::from_slice::<SessionEvent>(line.bytes).map_err(|e| {
-                Violation::Parse {
-                    line: line.number,
-                    reason: e.to_string(),
-                }
-            })?;
-            events.push(event);
-            Ok(())
+            Verdict::Suspect => Ok(()),
+            Verdict::Corrupt(bad) => Err(Violation::Parse {
+                line: bad.line,
+                reason: bad.reason,
+            }),
         },
         unreadable,
     )?;
-    check(&events)
+    let torn = run.finish();
+    let strict = check(&events);
+    if torn.is_none() && strict.is_ok() {
+        return strict;
+    }
+    // Would recovery leave a whole log? Then this is a crash's leftovers, not a violation.
+    let mut tracker = Tracker::default();
+    for event in &events {
+        tracker.observe(event);
+    }
+    let (closings, recovery) = tracker.finish(Tail {
+        valid_len: 0,
+        torn_bytes: 0,
+        torn_line: None,
+        missing_newline: false,
+    });
+    events.extend(closings);
+    match check(&events) {
+        Ok(_) => Err(Violation::NeedsRecovery {
+            torn_line: torn.as_ref().map(|t| t.line),
+            torn_bytes: torn.map_or(0, |t| total - t.offset),
+            open_calls: recovery.closed_calls,
+        }),
+        Err(after) => Err(strict.err().unwrap_or(after)),
+    }
 }

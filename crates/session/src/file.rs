@@ -65,11 +65,12 @@ fn sync_dir(path: &Path) -> io::Result<()> {
 impl FileBackend {
     /// Opens the log at `path`, creating it when it does not exist, and recovers it.
     ///
-    /// Recovery cuts off a torn last line, adds the newline a whole last event lacks, verifies
-    /// that seqs run 1, 2, 3, ... without gaps, and closes every call left without a result
-    /// with a synthesized `ABORTED` result (in the call's step, pointing back at it), appended
-    /// at the end. The repairs are synced before this returns, reported in the [`Recovery`]
-    /// and as a `tracing` warning. A bad line anywhere but at the end is
+    /// Recovery cuts off a torn tail (a torn last line, or every line from the first bad one to
+    /// the end when none of them is whole: the unsynced region a crash can leave under
+    /// `batch`), adds the newline a whole last event lacks, verifies that seqs run 1, 2, 3, ...
+    /// without gaps, and closes every call left without a result with a synthesized `ABORTED`
+    /// result (in the call's step, pointing back at it), appended at the end. The repairs are synced before this returns, reported in the [`Recovery`]
+    /// and as a `tracing` warning. A bad line that something whole follows is
     /// [`SessionError::Corrupt`] naming it: the file is then left untouched.
     pub fn open(path: impl AsRef<Path>) -> Result<(FileBackend, Recovery), SessionError> {
         let path = path.as_ref().to_path_buf();

@@ -40,4 +40,4 @@ pub use inbox::PendingAppend;
 pub use log::SessionLog;
 pub use memory::MemoryBackend;
 pub use recover::Recovery;
-pub use writer::{WriterConfig, WriterMsg};
+pub use writer::{LogStats, WriterConfig, WriterMsg};

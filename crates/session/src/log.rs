@@ -5,7 +5,7 @@ use crate::error::SessionError;
 use crate::file::FileBackend;
 use crate::inbox::{Inbox, PendingAppend, Pushed, Queued};
 use crate::recover::Recovery;
-use crate::writer::{SessionWriter, WriterArgs, WriterConfig, WriterMsg};
+use crate::writer::{Counters, LogStats, SessionWriter, WriterArgs, WriterConfig, WriterMsg};
 use dsh_core::{EventBody, SessionEvent};
 use ractor::{Actor, ActorCell, ActorRef};
 use std::fmt;
@@ -31,6 +31,7 @@ use std::time::Duration;
 pub struct SessionLog {
     actor: ActorRef<WriterMsg>,
     inbox: Arc<Inbox>,
+    counters: Arc<Counters>,
     description: Arc<str>,
 }
 
@@ -111,10 +112,12 @@ impl SessionLog {
     ) -> Result<SessionLog, SessionError> {
         let description: Arc<str> = backend.describe().into();
         let inbox = Arc::new(Inbox::default());
+        let counters = Arc::new(Counters::default());
         let args = WriterArgs {
             backend,
             config,
             inbox: inbox.clone(),
+            counters: counters.clone(),
         };
         let spawned = match supervisor {
             Some(sup) => Actor::spawn_linked(None, SessionWriter, args, sup).await,
@@ -124,6 +127,7 @@ impl SessionLog {
             Ok((actor, _)) => Ok(SessionLog {
                 actor,
                 inbox,
+                counters,
                 description,
             }),
             Err(e) => unavailable(e),
@@ -207,6 +211,11 @@ impl SessionLog {
     /// The writer actor (for supervision and fault-injection tests).
     pub fn actor_cell(&self) -> ActorCell {
         self.actor.get_cell()
+    }
+
+    /// What the writer has committed so far (events, commits, syncs).
+    pub fn stats(&self) -> LogStats {
+        self.counters.read()
     }
 
     /// What the log is stored in.

@@ -22,8 +22,11 @@ use std::io::Read;
 pub struct Recovery {
     /// Whole events read from the file (not counting the ones recovery appended).
     pub events_read: u64,
-    /// Bytes of a torn last line that were cut off.
+    /// Bytes of a torn tail that were cut off: a torn last line, or every line from the first
+    /// bad one to the end when none of them is whole (what a crash under `batch` can leave).
     pub torn_bytes_cut: u64,
+    /// The 1-based line the cut torn tail started at.
+    pub torn_line: Option<usize>,
     /// The last line was a whole event without its newline; the newline was added.
     pub newline_added: bool,
     /// Calls that had no result, in seq order; each got a synthesized `ABORTED` result.
@@ -40,6 +43,7 @@ impl Default for Recovery {
         Recovery {
             events_read: 0,
             torn_bytes_cut: 0,
+            torn_line: None,
             newline_added: false,
             closed_calls: Vec::new(),
             next_seq: 1,
@@ -62,15 +66,21 @@ pub(crate) struct Tail {
     pub valid_len: u64,
     /// Bytes after `valid_len` that are not a whole event.
     pub torn_bytes: u64,
+    /// The 1-based line the torn tail starts at, when there is one.
+    pub torn_line: Option<usize>,
     /// The last event has no newline after it.
     pub missing_newline: bool,
 }
 
 fn parse_line(line: &[u8]) -> Result<SessionEvent, String> {
-    if line.iter().all(u8::is_ascii_whitespace) {
+    if is_blank(line) {
         return Err("blank line".into());
     }
     serde_json::from_slice::<SessionEvent>(line).map_err(|e| e.to_string())
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
 }
 
 /// A complete JSON value cannot be a torn write of one of ours: an object cut short does not
@@ -79,63 +89,136 @@ fn is_whole_json(line: &[u8]) -> bool {
     serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok()
 }
 
+/// The first bad line of a run of bad lines that may turn out to be a torn tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// Byte offset of its start.
+    pub offset: u64,
+    /// Why it is not an event.
+    pub reason: String,
+}
+
+/// Tells a torn tail from corruption, one bad line at a time.
+///
+/// A crash under `batch` (or with no fsync at all) can leave more than a cut last line: the
+/// region written since the last sync may hold several lines of garbage (blocks of zeros,
+/// pieces of lines), newline-terminated or not. So a run of bad lines that reaches the end of
+/// the file is a torn tail, cut as a whole; a bad line followed by anything whole (an event,
+/// or any complete JSON value) is corruption, named by the run's first line. A line that
+/// cannot be garbage from a torn write (blank, or whole JSON that is not an event) does not
+/// start such a run: it is corruption at once.
+#[derive(Debug, Default)]
+pub(crate) struct TornRun {
+    first: Option<BadLine>,
+}
+
+/// What [`TornRun`] makes of a line.
+pub(crate) enum Verdict {
+    /// A whole event, outside any run of bad lines.
+    Event(SessionEvent),
+    /// A bad line that may be part of a torn tail; keep reading.
+    Suspect,
+    /// Corruption: the line, and why.
+    Corrupt(BadLine),
+}
+
+impl TornRun {
+    /// Classifies the line `number` (starting at byte `offset`).
+    pub fn line(&mut self, number: usize, offset: u64, bytes: &[u8]) -> Verdict {
+        let parsed = parse_line(bytes);
+        if let Some(first) = &self.first {
+            if parsed.is_ok() || is_whole_json(bytes) {
+                let what = if parsed.is_ok() {
+                    "a whole event"
+                } else {
+                    "a whole JSON value"
+                };
+                return Verdict::Corrupt(BadLine {
+                    reason: format!(
+                        "{}; {what} follows at line {number}, so this is not a torn tail",
+                        first.reason
+                    ),
+                    ..first.clone()
+                });
+            }
+            return Verdict::Suspect;
+        }
+        match parsed {
+            Ok(event) => Verdict::Event(event),
+            Err(reason) if is_blank(bytes) || is_whole_json(bytes) => Verdict::Corrupt(BadLine {
+                line: number,
+                offset,
+                reason,
+            }),
+            Err(reason) => {
+                self.first = Some(BadLine {
+                    line: number,
+                    offset,
+                    reason,
+                });
+                Verdict::Suspect
+            }
+        }
+    }
+
+    /// The torn tail found at the end of the file, if any.
+    pub fn finish(self) -> Option<BadLine> {
+        self.first
+    }
+}
+
 /// Parses every line `reader` gives, in order, verifying that seqs run 1, 2, 3, ..., and hands
-/// each event to `each`. A last segment without a newline is a whole event when it parses, and
-/// a torn tail otherwise; any other bad line is [`SessionError::Corrupt`]. `what` names the log
-/// in I/O errors.
+/// each event to `each`. A last segment without a newline is a whole event when it parses. A
+/// run of lines none of which is whole, from the first bad line to the end of the file, is a
+/// torn tail (see [`TornRun`]); any other bad line is [`SessionError::Corrupt`] naming it.
+/// `what` names the log in I/O errors.
 pub(crate) fn scan(
     reader: impl Read,
     what: &str,
     mut each: impl FnMut(SessionEvent),
 ) -> Result<Tail, SessionError> {
     let mut expected = 1u64;
-    let mut tail = None;
+    let mut missing_newline = false;
+    let mut run = TornRun::default();
     let total = for_each_line(
         reader,
-        |line| {
-            let len = line.bytes.len() as u64;
-            match parse_line(line.bytes) {
-                Ok(event) => {
-                    if event.seq != expected {
-                        return Err(SessionError::Corrupt {
-                            line: line.number,
-                            reason: format!("seq {} where {expected} was expected", event.seq),
-                        });
-                    }
-                    expected += 1;
-                    each(event);
-                    if !line.terminated {
-                        tail = Some(Tail {
-                            valid_len: line.offset + len,
-                            torn_bytes: 0,
-                            missing_newline: true,
-                        });
-                    }
-                    Ok(())
-                }
-                Err(reason) if line.terminated || is_whole_json(line.bytes) => {
-                    Err(SessionError::Corrupt {
+        |line| match run.line(line.number, line.offset, line.bytes) {
+            Verdict::Event(event) => {
+                if event.seq != expected {
+                    return Err(SessionError::Corrupt {
                         line: line.number,
-                        reason,
-                    })
-                }
-                Err(_) => {
-                    tail = Some(Tail {
-                        valid_len: line.offset,
-                        torn_bytes: len,
-                        missing_newline: false,
+                        reason: format!("seq {} where {expected} was expected", event.seq),
                     });
-                    Ok(())
                 }
+                expected += 1;
+                each(event);
+                missing_newline = !line.terminated;
+                Ok(())
             }
+            Verdict::Suspect => Ok(()),
+            Verdict::Corrupt(bad) => Err(SessionError::Corrupt {
+                line: bad.line,
+                reason: bad.reason,
+            }),
         },
         |e| SessionError::io(format!("reading {what}"), &e),
     )?;
-    Ok(tail.unwrap_or(Tail {
-        valid_len: total,
-        torn_bytes: 0,
-        missing_newline: false,
-    }))
+    Ok(match run.finish() {
+        Some(torn) => Tail {
+            valid_len: torn.offset,
+            torn_bytes: total - torn.offset,
+            torn_line: Some(torn.line),
+            missing_newline: false,
+        },
+        None => Tail {
+            valid_len: total,
+            torn_bytes: 0,
+            torn_line: None,
+            missing_newline,
+        },
+    })
 }
 
 /// The result recovery gives a call that a crash left without one: `ABORTED`, marked in its
@@ -198,6 +281,7 @@ impl Tracker {
         let recovery = Recovery {
             events_read: self.events,
             torn_bytes_cut: tail.torn_bytes,
+            torn_line: tail.torn_line,
             newline_added: tail.missing_newline,
             closed_calls,
             next_seq: seq,
@@ -214,6 +298,7 @@ pub(crate) fn report(log: &str, recovery: &Recovery) {
             log,
             events_read = recovery.events_read,
             torn_bytes_cut = recovery.torn_bytes_cut,
+            torn_line = ?recovery.torn_line,
             newline_added = recovery.newline_added,
             closed_calls = ?recovery.closed_calls,
             next_seq = recovery.next_seq,
@@ -271,6 +356,7 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(tail.valid_len, whole);
         assert_eq!(tail.torn_bytes, bytes.len() as u64 - whole);
+        assert_eq!(tail.torn_line, Some(3));
         assert!(!tail.missing_newline);
     }
 
@@ -305,6 +391,61 @@ mod tests {
             matches!(err, SessionError::Corrupt { line: 2, .. }),
             "{err}"
         );
+    }
+
+    #[test]
+    fn several_terminated_garbage_lines_to_the_end_are_one_torn_tail() {
+        // The unsynced region after a power loss under `batch`: zero blocks and pieces of
+        // lines, some of them ended by a newline that did reach the disk.
+        let mut bytes = lines(&[user(1, 1), user(2, 1)]);
+        let whole = bytes.len() as u64;
+        bytes.extend_from_slice(&[0u8; 512]);
+        bytes.push(b'\n');
+        bytes.extend_from_slice(b"p\":\"user/message\",\"data\":{\"content\":\"x\"}}\n");
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&[0u8; 100]);
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&[0u8; 7]);
+        let (events, tail) = scan_all(&bytes).unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(tail.valid_len, whole);
+        assert_eq!(tail.torn_bytes, bytes.len() as u64 - whole);
+        assert_eq!(tail.torn_line, Some(3));
+        assert!(!tail.missing_newline);
+
+        // Terminated garbage alone (the region ends with a newline) is a tear as well.
+        let mut bytes = lines(&[user(1, 1)]);
+        let whole = bytes.len() as u64;
+        bytes.extend_from_slice(&[0u8; 64]);
+        bytes.push(b'\n');
+        let (events, tail) = scan_all(&bytes).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!((tail.valid_len, tail.torn_line), (whole, Some(2)));
+        assert_eq!(tail.torn_bytes, 65);
+    }
+
+    #[test]
+    fn garbage_followed_by_anything_whole_is_corrupt_naming_the_first_bad_line() {
+        for after in [
+            user(3, 1).to_json_line(),
+            r#"{"not":"an event"}"#.to_string(),
+        ] {
+            let mut bytes = lines(&[user(1, 1)]);
+            bytes.extend_from_slice(&[0u8; 40]);
+            bytes.push(b'\n');
+            bytes.extend_from_slice(b"{\"seq\":2,\"st\n");
+            bytes.extend_from_slice(after.as_bytes());
+            bytes.push(b'\n');
+            bytes.extend_from_slice(&[0u8; 40]);
+            let err = scan_all(&bytes).unwrap_err();
+            match &err {
+                SessionError::Corrupt { line, reason } => {
+                    assert_eq!(*line, 2, "{err}");
+                    assert!(reason.contains("follows at line 4"), "{err}");
+                }
+                other => panic!("expected Corrupt, got {other}"),
+            }
+        }
     }
 
     #[test]
@@ -353,6 +494,7 @@ mod tests {
         let (closings, rec) = t.finish(Tail {
             valid_len: 0,
             torn_bytes: 0,
+            torn_line: None,
             missing_newline: false,
         });
         assert_eq!(rec.closed_calls, vec!["b".to_string()]);

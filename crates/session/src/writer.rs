@@ -10,16 +10,19 @@
 //! next one, and none is acknowledged before it is on disk. [`Durability::None`] groups the
 //! same way but skips the sync; [`Durability::Always`] commits and syncs each append alone. A
 //! failed commit answers the error to every append in it and gives its seqs back, so the log
-//! keeps no gap; a backend that cannot undo a failed write poisons the writer.
+//! keeps no gap; a backend that cannot undo a failed write poisons the writer, and so does a
+//! failed commit that held a `tool/result` (its call would otherwise stay open under events
+//! of later steps, where recovery could no longer close it within its step).
 
 use crate::backend::{Durability, LogBackend};
 use crate::error::SessionError;
 use crate::inbox::{Ack, Inbox, Pushed, Queued};
-use dsh_core::SessionEvent;
 use dsh_core::live::LiveActor;
+use dsh_core::{EventBody, SessionEvent};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The writer's messages.
 pub enum WriterMsg {
@@ -90,10 +93,61 @@ impl Default for WriterConfig {
 
 pub(crate) struct SessionWriter;
 
+/// What a writer has committed so far, read through [`crate::SessionLog::stats`]: how well
+/// appends are sharing commits and syncs.
+///
+/// ```
+/// use dsh_core::event::{EventBody, UserMessageData};
+/// use dsh_session::SessionLog;
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let log = SessionLog::memory().await.unwrap();
+/// let body = EventBody::UserMessage(UserMessageData { content: "hi".into(), origin: "c1".into() });
+/// log.append(1, body).await.unwrap();
+/// let stats = log.stats();
+/// assert_eq!((stats.events, stats.commits, stats.syncs), (1, 1, 0));
+/// # log.close().await.unwrap();
+/// # });
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Events committed (acknowledged with a seq).
+    pub events: u64,
+    /// Successful commits: under `batch`, each is one group of appends.
+    pub commits: u64,
+    /// Commits that synced to disk.
+    pub syncs: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    events: AtomicU64,
+    commits: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn read(&self) -> LogStats {
+        LogStats {
+            events: self.events.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            syncs: self.syncs.load(Ordering::Relaxed),
+        }
+    }
+
+    fn committed(&self, events: usize, synced: bool) {
+        self.events.fetch_add(events as u64, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        if synced {
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 pub(crate) struct WriterArgs {
     pub backend: Box<dyn LogBackend>,
     pub config: WriterConfig,
     pub inbox: Arc<Inbox>,
+    pub counters: Arc<Counters>,
 }
 
 pub(crate) struct WriterState {
@@ -106,6 +160,7 @@ pub(crate) struct WriterState {
     /// A failure since the last flush, which that flush reports.
     unflushed_failure: Option<SessionError>,
     poisoned: Option<String>,
+    counters: Arc<Counters>,
     _live: LiveActor,
 }
 
@@ -172,7 +227,9 @@ impl WriterState {
         let first = self.next_seq;
         let mut events = Vec::with_capacity(n);
         let mut acks: Vec<Ack> = Vec::with_capacity(n);
+        let mut has_result = false;
         for (i, item) in items.enumerate() {
+            has_result |= matches!(item.body, EventBody::ToolResult { .. });
             events.push(SessionEvent {
                 seq: first + i as u64,
                 step: item.step,
@@ -183,11 +240,25 @@ impl WriterState {
         let sync = self.durability != Durability::None;
         let result = self.commit(events, sync).await;
         match &result {
-            Ok(()) => self.next_seq = first + n as u64,
+            Ok(()) => {
+                self.next_seq = first + n as u64;
+                self.counters.committed(n, sync);
+            }
             // Nothing of the group is in the log: its seqs go to the next appends.
             Err(e) => {
                 tracing::warn!(error = %e, events = n, "a session log commit failed");
                 self.unflushed_failure.get_or_insert_with(|| e.clone());
+                if has_result && self.poisoned.is_none() {
+                    // Its call is now open in the log. Whatever came after it (a later step)
+                    // would leave that call unpairable within its step: recovery closes it
+                    // only if it is still the last thing in the log.
+                    let why = format!(
+                        "a tool/result could not be recorded ({e}); no event may follow an \
+                         unpaired call: reopen the log to close it as ABORTED"
+                    );
+                    tracing::error!(reason = %why, "session writer poisoned");
+                    self.poisoned = Some(why);
+                }
             }
         }
         for (i, ack) in acks.into_iter().enumerate() {
@@ -241,6 +312,7 @@ impl Actor for SessionWriter {
             spare: Vec::new(),
             unflushed_failure: None,
             poisoned: None,
+            counters: args.counters,
             _live: LiveActor::new(),
         })
     }

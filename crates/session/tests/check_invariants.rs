@@ -348,11 +348,22 @@ fn check_file_reports_bad_lines_by_number() {
     assert_eq!(check_file(&path).unwrap().events, 8);
 
     let good = text.clone();
-    text.push_str("{\"seq\":9,\"st");
+    let torn = "{\"seq\":9,\"st";
+    text.push_str(torn);
     std::fs::write(&path, &text).unwrap();
+    // A torn last line is still a failure, named as what it is: a log that needs recovery.
     let v = check_file(&path).unwrap_err();
-    assert!(matches!(v, Violation::Parse { line: 9, .. }), "{v}");
-    assert!(v.to_string().starts_with("line 9"), "{v}");
+    assert_eq!(
+        v,
+        Violation::NeedsRecovery {
+            torn_line: Some(9),
+            torn_bytes: torn.len() as u64,
+            open_calls: vec![],
+        }
+    );
+    let message = v.to_string();
+    assert!(message.contains("needs recovery"), "{v}");
+    assert!(message.contains("torn tail at line 9"), "{v}");
 
     let mut lines: Vec<&str> = good.lines().collect();
     lines[2] = "not json";
@@ -407,4 +418,98 @@ fn a_crashed_log_read_as_recovery_would_leave_it_passes() {
     check(&events).unwrap();
     // read_log never writes.
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn check_file_tells_a_log_that_needs_recovery_from_a_broken_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+
+    // Calls of the last step left open: what a crash leaves.
+    let mut events = sample_log();
+    events.extend([call(9, 3, "x"), call(10, 3, "y"), result(11, 3, "y", 10)]);
+    events.push(call(12, 3, "z"));
+    std::fs::write(&path, jsonl(&events)).unwrap();
+    let v = check_file(&path).unwrap_err();
+    assert_eq!(
+        v,
+        Violation::NeedsRecovery {
+            torn_line: None,
+            torn_bytes: 0,
+            open_calls: vec!["x".into(), "z".into()],
+        }
+    );
+    assert!(
+        v.to_string()
+            .ends_with("2 call(s) left open without a result (`x`, `z`)"),
+        "{v}"
+    );
+    // The in-memory checker knows no crash: for it, a call without a result is a violation.
+    assert!(matches!(
+        check(&events).unwrap_err(),
+        Violation::MissingResult { call_seq: 9, .. }
+    ));
+
+    // Open calls and a torn tail of several garbage lines (zero blocks under `batch`).
+    let mut bytes = jsonl(&events);
+    let whole = bytes.len();
+    bytes.extend_from_slice(&[0u8; 300]);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(b"\"seq\":13,\"step\":3\n");
+    bytes.extend_from_slice(&[0u8; 30]);
+    std::fs::write(&path, &bytes).unwrap();
+    let v = check_file(&path).unwrap_err();
+    assert_eq!(
+        v,
+        Violation::NeedsRecovery {
+            torn_line: Some(13),
+            torn_bytes: (bytes.len() - whole) as u64,
+            open_calls: vec!["x".into(), "z".into()],
+        }
+    );
+    assert!(v.to_string().contains("torn tail at line 13"), "{v}");
+    assert!(v.to_string().contains("and 2 call(s) left open"), "{v}");
+
+    // A call left open in an earlier step is a real violation, torn tail or not.
+    let mut broken = sample_log();
+    broken.extend([call(9, 3, "x"), call(10, 4, "y"), result(11, 4, "y", 10)]);
+    let mut bytes = jsonl(&broken);
+    bytes.extend_from_slice(b"{\"seq\":12,");
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(
+        check_file(&path).unwrap_err(),
+        Violation::MissingResult { call_seq: 9, .. }
+    ));
+
+    // Garbage that a whole event follows is a bad line, named by the first of them.
+    let log = sample_log();
+    let mut bytes = jsonl(&log[..3]);
+    bytes.extend_from_slice(&[0u8; 20]);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(b"{\"seq\":4\n");
+    bytes.extend_from_slice(&jsonl(&log[3..]));
+    std::fs::write(&path, &bytes).unwrap();
+    let v = check_file(&path).unwrap_err();
+    assert!(matches!(v, Violation::Parse { line: 4, .. }), "{v}");
+    assert!(v.to_string().starts_with("line 4"), "{v}");
+}
+
+#[test]
+fn check_file_rejects_a_tool_call_without_its_parent_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let call = r#"{"seq":1,"step":1,"type":"tool/call","data":{"callId":"c1","name":"t","arguments":{},"agent":"main"}}"#;
+    let result = r#"{"seq":2,"step":1,"type":"tool/result","data":{"callId":"c1","message":[]},"surfaceOp":"append","sourceEventSeqs":[1]}"#;
+    std::fs::write(&path, format!("{call}\n{result}\n")).unwrap();
+    let v = check_file(&path).unwrap_err();
+    assert!(matches!(v, Violation::Parse { line: 1, .. }), "{v}");
+    assert!(v.to_string().contains("missing field `parent`"), "{v}");
+    // Even as the last line: whole JSON is never a torn tail.
+    std::fs::write(&path, format!("{call}\n")).unwrap();
+    let v = check_file(&path).unwrap_err();
+    assert!(matches!(v, Violation::Parse { line: 1, .. }), "{v}");
+    // With the key (null), the same log passes.
+    let with_parent = call.replace(r#""agent":"main"}"#, r#""agent":"main","parent":null}"#);
+    std::fs::write(&path, format!("{with_parent}\n{result}\n")).unwrap();
+    assert_eq!(check_file(&path).unwrap().calls, 1);
 }

@@ -62,6 +62,54 @@ fn a_torn_tail_of_zeros_is_cut_off() {
 }
 
 #[test]
+fn several_garbage_lines_to_the_end_are_cut_as_one_torn_tail() {
+    // Power loss under `batch`: the unsynced region holds zero blocks and a piece of a line,
+    // some of them newline-terminated.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let whole = jsonl(&sample_log());
+    let mut bytes = whole.clone();
+    bytes.extend_from_slice(&[0u8; 4096]);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(b"ep\":3,\"type\":\"tool/call\"}\n");
+    bytes.extend_from_slice(&[0u8; 4096]);
+    bytes.push(b'\n');
+    write(&path, &bytes);
+    let (mut backend, rec) = FileBackend::open(&path).unwrap();
+    assert_eq!(rec.torn_bytes_cut, (bytes.len() - whole.len()) as u64);
+    assert_eq!(rec.torn_line, Some(9));
+    assert_eq!(rec.events_read, 8);
+    assert!(rec.repaired());
+    assert_eq!(std::fs::read(&path).unwrap(), whole);
+    backend.commit(vec![user(9, 3, "after")], true).unwrap();
+    drop(backend);
+    let (_, again) = FileBackend::open(&path).unwrap();
+    assert_eq!((again.events_read, again.torn_line), (9, None));
+    assert!(!again.repaired(), "{again:?}");
+}
+
+#[test]
+fn garbage_lines_followed_by_a_valid_event_are_corruption_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let events = sample_log();
+    let mut bytes = jsonl(&events[..5]);
+    bytes.extend_from_slice(&[0u8; 4096]);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&[0u8; 10]);
+    bytes.push(b'\n');
+    bytes.extend_from_slice(&jsonl(&events[5..]));
+    write(&path, &bytes);
+    let err = FileBackend::open(&path).unwrap_err();
+    assert!(
+        matches!(&err, SessionError::Corrupt { line: 6, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("line 6"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "left untouched");
+}
+
+#[test]
 fn a_whole_last_event_without_its_newline_is_kept_and_ended() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.jsonl");

@@ -245,3 +245,46 @@ async fn a_killed_writer_leaves_no_appender_waiting() {
     .expect("a later append is answered");
     assert!(later.is_err());
 }
+
+/// A `tool/result` that cannot be recorded leaves its call open. Nothing may be appended
+/// after it (a later step's events would leave the call unpairable in its own step), and
+/// reopening the log closes the call as `ABORTED`, so the log passes the checker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_tool_result_poisons_the_writer_and_reopening_closes_its_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let (file, _) = FileBackend::open(&path).unwrap();
+    // Commit 1: the call; commit 2: its result, which fails.
+    let (log, _) = writer(Box::new(file), Durability::Batch, 2, false).await;
+    assert_eq!(log.append(1, call_body("c1")).await.unwrap(), 1);
+    let lost = log.append(1, result_body("c1", 1)).await;
+    assert!(matches!(lost, Err(SessionError::Io { .. })), "{lost:?}");
+    // The next step's call is refused, not written after the open call.
+    let later = log.append(2, call_body("c2")).await;
+    match later {
+        Err(SessionError::Poisoned(why)) => assert!(why.contains("tool/result"), "{why}"),
+        other => panic!("a later append must be refused: {other:?}"),
+    }
+    assert!(log.close().await.is_err());
+    let (_, rec) = FileBackend::open(&path).unwrap();
+    assert_eq!(rec.closed_calls, vec!["c1".to_string()]);
+    let report = check_file(&path).unwrap();
+    assert_eq!(report.events, 2);
+}
+
+/// A failed group that held only calls or user messages does not poison: those leave
+/// nothing open, and the session can go on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lost_tool_call_does_not_poison() {
+    let (log, _) = writer(
+        Box::new(MemoryBackend::default()),
+        Durability::Batch,
+        1,
+        false,
+    )
+    .await;
+    assert!(log.append(1, call_body("c1")).await.is_err());
+    assert_eq!(log.append(1, call_body("c2")).await.unwrap(), 1);
+    assert!(matches!(log.flush().await, Err(SessionError::Io { .. })));
+    log.close().await.unwrap();
+}
