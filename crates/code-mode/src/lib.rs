@@ -28,7 +28,8 @@
 //! overlap), and sends each outcome back; the engine thread blocks only on its own channel.
 //! So no tokio worker ever runs script code, cancellation reaches the sub-call futures
 //! directly (they live in the body's task), and the interrupt handler, which checks the
-//! call's signal and the deadline, ends a script that runs on its own.
+//! call's signal, the deadline and whether the body's task is still there to listen, ends a
+//! script that runs on its own.
 //!
 //! rquickjs's async runtime was the other way: it polls the script as a future on a tokio
 //! worker, so a script's CPU between two awaits runs on that worker, bounded only by the time

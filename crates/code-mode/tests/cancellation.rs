@@ -47,15 +47,42 @@ async fn cancel_while_running(script: &'static str) {
     );
     engines_gone().await;
 
-    // The call actor's stop drops the run, sub-calls included, so a sub-call in flight may
-    // end unrecorded; what is recorded keeps the log's invariants and says ABORTED.
+    // The call actor's stop drops the run, sub-calls included; the sub-call ledger then
+    // records the one in flight as ABORTED (its body had started), before run_code's result.
     let events = log.snapshot().await.unwrap();
     dsh_session::check::check(&events).unwrap();
-    for e in &events {
-        if let EventBody::CodeDispatch(d) = &e.body {
-            assert_eq!(d.error.as_ref().unwrap().code.as_str(), "ABORTED", "{d:?}");
-        }
-    }
+    let dispatches: Vec<(u64, &dsh_core::event::CodeDispatchData)> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::CodeDispatch(d) => Some((e.seq, d)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        dispatches.len(),
+        1,
+        "exactly the one sub-call in flight is recorded: {dispatches:?}"
+    );
+    let (dispatch_seq, d) = dispatches[0];
+    assert_eq!(d.call_id, "c1.sub1", "{d:?}");
+    assert_eq!(d.parent_call_id, "c1", "{d:?}");
+    assert_eq!(d.name, "nap", "{d:?}");
+    assert_eq!(
+        d.error.as_ref().map(|e| e.code.as_str()),
+        Some("ABORTED"),
+        "{d:?}"
+    );
+    let parent_result_seq = events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::ToolResult { data, .. } if data.call_id == "c1" => Some(e.seq),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        dispatch_seq < parent_result_seq,
+        "the sub-call's record comes before its parent's result"
+    );
 
     let next = run_code(&session, "c2", "return 1 + 1;").await;
     assert_eq!(returned(&next), json!(2), "the next run_code works");
@@ -73,4 +100,58 @@ async fn cancelling_aborts_a_script_awaiting_its_sub_call() {
 async fn cancelling_interrupts_a_script_spinning_beside_its_sub_call() {
     let _serial = serial().await;
     cancel_while_running(r#"tools.nap({ ms: 60000 }); while (true) {}"#).await;
+}
+
+/// Answers nothing, ever: the scripts of the test below make no sub-call.
+struct NoSubCalls;
+
+#[async_trait::async_trait]
+impl dsh_core::SubCallDispatcher for NoSubCalls {
+    async fn dispatch(
+        &self,
+        _parent: &dsh_core::ToolContext,
+        _name: &str,
+        _arguments: serde_json::Value,
+    ) -> dsh_core::FrozenResult {
+        std::future::pending().await
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_body_without_a_signal_ends_a_spinning_script() {
+    // What a killed call actor does: the body's future is dropped, and no signal fires.
+    let _serial = serial().await;
+    let tool = dsh_code_mode::RunCode::new(dsh_code_mode::CodeLimits {
+        timeout: Duration::from_secs(60),
+        ..test_limits()
+    });
+    let ctx = dsh_core::ToolContext {
+        dispatcher: Some(Arc::new(NoSubCalls)),
+        ..dsh_core::ToolContext::detached("spin")
+    };
+    let body = tokio::spawn(async move {
+        dsh_core::ToolDefinition::execute(&tool, json!({"code": "while (true) {}"}), ctx).await
+    });
+    let start = Instant::now();
+    while dsh_code_mode::live_engines() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the script never started"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(dsh_code_mode::live_engines(), 1, "the script spins");
+    body.abort();
+    assert!(body.await.unwrap_err().is_cancelled());
+    let dropped_at = Instant::now();
+    engines_gone().await;
+    assert!(
+        dropped_at.elapsed() < Duration::from_secs(2),
+        "the engine thread ended soon after its body was dropped, not at the 60 s limit"
+    );
 }

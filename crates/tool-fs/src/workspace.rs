@@ -168,6 +168,21 @@ impl Workspace {
         Ok(Existing::File(bytes))
     }
 
+    /// The permissions of the regular file at `rel`; `None` when there is no regular file.
+    pub(crate) fn file_permissions(&self, rel: &Path) -> Result<Option<Permissions>, FsError> {
+        match self.dir.metadata(or_dot(rel)) {
+            Ok(m) if m.is_file() => Ok(Some(m.permissions())),
+            Ok(_) => Ok(None),
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(classify("reading the permissions of", rel, e)),
+        }
+    }
+
     /// Opens a directory below the root.
     pub fn open_dir(&self, rel: &Path) -> Result<Dir, FsError> {
         self.dir
@@ -180,6 +195,18 @@ impl Workspace {
     /// kept. Missing parent directories are created. A crash leaves either the old file or
     /// the new one, never a mix (at worst a stray `.NAME.dsh-*.tmp` beside it).
     pub fn write_atomic(&self, rel: &Path, bytes: &[u8]) -> Result<(), FsError> {
+        self.write_atomic_with(rel, bytes, None)
+    }
+
+    /// [`Workspace::write_atomic`], giving the new file `permissions` when they are set
+    /// (a moved file keeps its source's, a file put back keeps the ones it had) instead of
+    /// the existing file's or the default.
+    pub(crate) fn write_atomic_with(
+        &self,
+        rel: &Path,
+        bytes: &[u8],
+        permissions: Option<&Permissions>,
+    ) -> Result<(), FsError> {
         let (parent, name) = split(rel)?;
         if !parent.as_os_str().is_empty() {
             self.dir.create_dir_all(parent).map_err(|e| {
@@ -208,6 +235,7 @@ impl Workspace {
             Ok(m) if m.is_file() => Some(m.permissions()),
             _ => None,
         };
+        let keep = permissions.cloned().or(keep);
         let stem: String = name.to_string_lossy().chars().take(100).collect();
         let temp = format!(".{stem}.dsh-{}.tmp", temp_suffix());
         let written = (|| -> io::Result<()> {

@@ -176,3 +176,120 @@ async fn permission_rules_see_every_path_a_patch_touches() {
         .await);
     env.close().await;
 }
+
+fn mode(env: &Env, rel: &str) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(env.root.join(rel))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+fn set_mode(env: &Env, rel: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.root.join(rel), std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test]
+async fn a_write_failing_while_committing_rolls_back_and_names_the_file() {
+    let env = Env::new().await;
+    env.put("a.txt", "one\n");
+    // A regular file where the patch wants a folder: the plan cannot see it (nothing exists
+    // below it), the write fails, even as root.
+    env.put("plain.txt", "i am a file\n");
+    read(&env, &["a.txt"]).await;
+    let body = "*** Update File: a.txt\n@@\n-one\n+ONE\n\
+        *** Add File: plain.txt/x\n+new";
+    let msg = err(
+        &env.call("apply_patch", patch(body)).await,
+        ErrorCode::ToolError,
+    );
+    assert!(msg.contains("`plain.txt/x`"), "names the file: {msg}");
+    assert!(
+        msg.contains("one of its parent folders is a file"),
+        "says why: {msg}"
+    );
+    assert!(
+        msg.contains("the changes already made by this patch were rolled back"),
+        "{msg}"
+    );
+    assert_eq!(
+        env.get("a.txt"),
+        "one\n",
+        "the update was written, then undone"
+    );
+    assert_eq!(env.get("plain.txt"), "i am a file\n");
+    // Nothing left behind beside a.txt (no temporary file of the undone write).
+    let mut names: Vec<String> = std::fs::read_dir(&env.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "plain.txt"]);
+    env.close().await;
+}
+
+#[tokio::test]
+async fn a_moved_file_keeps_its_permissions() {
+    let env = Env::new().await;
+    env.put("run.sh", "#!/bin/sh\necho old\n");
+    set_mode(&env, "run.sh", 0o750);
+    read(&env, &["run.sh"]).await;
+    let body =
+        "*** Update File: run.sh\n*** Move to: bin/run.sh\n@@\n #!/bin/sh\n-echo old\n+echo new";
+    ok(&env.call("apply_patch", patch(body)).await);
+    assert!(!env.exists("run.sh"));
+    assert_eq!(env.get("bin/run.sh"), "#!/bin/sh\necho new\n");
+    assert_eq!(
+        mode(&env, "bin/run.sh"),
+        0o750,
+        "the moved script is still executable"
+    );
+    env.close().await;
+}
+
+/// Removes `z.txt` behind the patch's back when its deletion is announced, so that deleting
+/// it fails in the commit phase after the earlier deletion was done.
+struct PullTheRug {
+    root: std::path::PathBuf,
+}
+
+#[async_trait::async_trait]
+impl dsh_tool_fs::FsIntentHandler for PullTheRug {
+    fn name(&self) -> &str {
+        "pull-the-rug"
+    }
+
+    async fn check(&self, intent: &dsh_tool_fs::FsIntent) -> dsh_tool_fs::IntentVerdict {
+        if intent.path == "z.txt" {
+            std::fs::remove_file(self.root.join("z.txt")).unwrap();
+        }
+        dsh_tool_fs::IntentVerdict::Allow
+    }
+}
+
+#[tokio::test]
+async fn a_deletion_rolled_back_restores_the_file_with_its_permissions() {
+    let env = Env::new().await;
+    env.toolset.on_intent(PullTheRug {
+        root: env.root.clone(),
+    });
+    env.put("d.sh", "#!/bin/sh\nexit 0\n");
+    set_mode(&env, "d.sh", 0o750);
+    env.put("z.txt", "z\n");
+    read(&env, &["d.sh", "z.txt"]).await;
+    let msg = err(
+        &env.call(
+            "apply_patch",
+            patch("*** Delete File: d.sh\n*** Delete File: z.txt"),
+        )
+        .await,
+        ErrorCode::ToolError,
+    );
+    assert!(msg.contains("deleting `z.txt` failed"), "{msg}");
+    assert!(msg.contains("were rolled back"), "{msg}");
+    assert_eq!(env.get("d.sh"), "#!/bin/sh\nexit 0\n", "put back");
+    assert_eq!(mode(&env, "d.sh"), 0o750, "with the permissions it had");
+    env.close().await;
+}

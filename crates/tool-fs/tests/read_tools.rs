@@ -55,6 +55,34 @@ async fn read_file_offset_and_limit_say_what_was_left_out() {
 }
 
 #[tokio::test]
+async fn read_file_called_directly_with_offset_or_limit_zero_reads_from_line_one() {
+    // The schema keeps 0 out of the pipeline; a direct call to the public tool skips it.
+    let env = Env::new().await;
+    env.put("three.txt", lines(3));
+    let tools = env.toolset.tools();
+    let tool = tools.iter().find(|t| t.name() == "read_file").unwrap();
+    for (args, last) in [
+        (json!({"path": "three.txt", "offset": 0}), 3),
+        (json!({"path": "three.txt", "offset": 0, "limit": 0}), 1),
+    ] {
+        let value = tool
+            .execute(args.clone(), dsh_core::ToolContext::detached("direct"))
+            .await
+            .unwrap_or_else(|e| panic!("{args}: {}", e.message));
+        assert_eq!(value["first_line"], 1, "{args}: {value}");
+        assert_eq!(value["last_line"], last, "{args}: {value}");
+        assert!(
+            value["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("     1\tline 1\n"),
+            "{args}: {value}"
+        );
+    }
+    env.close().await;
+}
+
+#[tokio::test]
 async fn read_file_caps_lines_bytes_and_long_lines_with_a_note() {
     let env = with_limits(Limits {
         read_lines: 4,

@@ -11,8 +11,8 @@
 //! returns; several requests can be in flight at once (`Promise.all`). When nothing is left to
 //! run, the thread blocks on its own channel for the next reply (up to the deadline), settles
 //! that promise and runs the jobs it unlocked. The interrupt handler stops JavaScript that
-//! keeps running: it fires once the deadline passed, the call's signal fired, or the script
-//! went over its sub-call limit.
+//! keeps running: it fires once the deadline passed, the call's signal fired, the body's task
+//! that reads the script's requests is gone, or the script went over its sub-call limit.
 
 mod thrown;
 
@@ -145,7 +145,9 @@ impl RunState {
         if let Some(stop) = self.stop.get() {
             return Some(stop);
         }
-        let stop = if self.signal.is_cancelled() {
+        // A body dropped without its signal firing (its call actor killed, say) closes the
+        // channel back to it: nobody will read what the script does, so it stops too.
+        let stop = if self.signal.is_cancelled() || self.to_host.is_closed() {
             Some(Stop::Cancelled)
         } else if Instant::now() >= self.deadline {
             Some(Stop::Deadline)

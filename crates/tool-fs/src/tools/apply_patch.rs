@@ -17,6 +17,7 @@ use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
 use async_trait::async_trait;
+use cap_std::fs::Permissions;
 use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -41,6 +42,11 @@ struct Change {
     write: Option<Vec<u8>>,
     /// The file's bytes before, or `None` when it did not exist.
     before: Option<Vec<u8>>,
+    /// The permissions the written file gets (a move carries its source's); `None` keeps
+    /// the target's own, or the default for a new file.
+    permissions: Option<Permissions>,
+    /// The file's permissions before, restored with `before` on a roll back.
+    before_permissions: Option<Permissions>,
 }
 
 struct Plan {
@@ -71,6 +77,10 @@ fn current_bytes(shared: &Shared, rel: &Path) -> Result<Option<Vec<u8>>, ToolFai
     }
 }
 
+fn current_permissions(shared: &Shared, rel: &Path) -> Result<Option<Permissions>, ToolFailure> {
+    shared.ws.file_permissions(rel).map_err(failure)
+}
+
 fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
     let parsed = patch::parse(text).map_err(refuse)?;
     let mut plan = Plan {
@@ -95,6 +105,7 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                 let (rel, shown, current) = inspect_target(shared, path)?;
                 touch(&shown)?;
                 let before = current_bytes(shared, &rel)?;
+                let before_permissions = current_permissions(shared, &rel)?;
                 let fs_op = if current.is_some() {
                     FsOp::Overwrite
                 } else {
@@ -107,6 +118,8 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                     shown,
                     write: Some(content.clone().into_bytes()),
                     before,
+                    permissions: None,
+                    before_permissions,
                 });
             }
             FileOp::Delete { path } => {
@@ -132,6 +145,7 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                         ));
                     }
                 };
+                let before_permissions = current_permissions(shared, &rel)?;
                 plan.intents
                     .push((FsOp::Delete, shown.clone(), Some(ContentHash::of(&bytes))));
                 plan.summary.push(format!("D {shown}"));
@@ -140,6 +154,8 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                     shown,
                     write: None,
                     before: Some(bytes),
+                    permissions: None,
+                    before_permissions,
                 });
             }
             FileOp::Update {
@@ -153,6 +169,7 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                 touch(&shown)?;
                 let updated = patch::apply_hunks(&shown, &text, hunks).map_err(refuse)?;
                 let current = Some(ContentHash::of(text.as_bytes()));
+                let permissions = current_permissions(shared, &rel)?;
                 let target = match move_to {
                     Some(to) => {
                         let (to_rel, to_shown, to_current) = inspect_target(shared, to)?;
@@ -169,11 +186,14 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                             shown,
                             write: Some(updated.into_bytes()),
                             before: Some(text.into_bytes()),
+                            permissions: None,
+                            before_permissions: permissions,
                         });
                     }
                     Some((to_rel, to_shown, to_current)) => {
                         touch(&to_shown)?;
                         let to_before = current_bytes(shared, &to_rel)?;
+                        let to_permissions = current_permissions(shared, &to_rel)?;
                         let to_op = if to_current.is_some() {
                             FsOp::Overwrite
                         } else {
@@ -187,12 +207,17 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                             shown: to_shown,
                             write: Some(updated.into_bytes()),
                             before: to_before,
+                            // A moved script stays executable.
+                            permissions: permissions.clone(),
+                            before_permissions: to_permissions,
                         });
                         plan.changes.push(Change {
                             rel,
                             shown,
                             write: None,
                             before: Some(text.into_bytes()),
+                            permissions: None,
+                            before_permissions: permissions,
                         });
                     }
                 }
@@ -207,7 +232,11 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
 fn undo(shared: &Shared, done: &[Change]) {
     for change in done.iter().rev() {
         let restored = match &change.before {
-            Some(bytes) => shared.ws.write_atomic(&change.rel, bytes),
+            Some(bytes) => {
+                shared
+                    .ws
+                    .write_atomic_with(&change.rel, bytes, change.before_permissions.as_ref())
+            }
             None => shared.ws.remove_file(&change.rel),
         };
         if let Err(e) = restored {
@@ -219,7 +248,11 @@ fn undo(shared: &Shared, done: &[Change]) {
 fn commit(shared: &Shared, changes: &[Change]) -> Result<(), ToolFailure> {
     for (i, change) in changes.iter().enumerate() {
         let done = match &change.write {
-            Some(bytes) => shared.ws.write_atomic(&change.rel, bytes),
+            Some(bytes) => {
+                shared
+                    .ws
+                    .write_atomic_with(&change.rel, bytes, change.permissions.as_ref())
+            }
             None => shared.ws.remove_file(&change.rel),
         };
         if let Err(e) = done {

@@ -121,11 +121,20 @@ impl ToolDefinition for ReadFile {
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or_default().to_string();
-        let offset = input.get("offset").and_then(Value::as_u64).unwrap_or(1) as usize;
+        // The schema says at least 1, but the tool is public and may be called without it:
+        // 0 is read as 1 rather than underflowing.
+        let offset = input
+            .get("offset")
+            .and_then(Value::as_u64)
+            .map_or(1, |o| usize::try_from(o).unwrap_or(usize::MAX))
+            .max(1);
         let limit = input
             .get("limit")
             .and_then(Value::as_u64)
-            .map_or(self.shared.limits.read_lines, |l| l as usize);
+            .map_or(self.shared.limits.read_lines, |l| {
+                usize::try_from(l).unwrap_or(usize::MAX)
+            })
+            .max(1);
         let shared = self.shared.clone();
         let max = shared.limits.max_file_bytes;
         let (rel, existing) = blocking(move || {
