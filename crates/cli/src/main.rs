@@ -23,7 +23,13 @@ use std::time::Duration;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    let telemetry = match init_tracing() {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            note(format!("cannot start the OTLP exporter: {e}"));
+            return ExitCode::from(EXIT_IO);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -48,11 +54,13 @@ fn main() -> ExitCode {
         ),
         Command::Replay(args) => replay::replay(&args.log, args.format.into(), &mut out),
         Command::Check(args) => replay::check(&args.log),
+        Command::Recover(args) => replay::recover(&args.log),
         Command::Demo(args) => demo::demo(&rt, &args, &mut out),
     };
     // An approval prompt abandoned at its timeout still waits on stdin in a blocking thread;
     // dropping the runtime would wait for it, so stop waiting after a moment.
     rt.shutdown_timeout(Duration::from_millis(200));
+    telemetry.finish();
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -63,12 +71,69 @@ fn main() -> ExitCode {
 }
 
 /// Library diagnostics go to stderr only when asked for with `RUST_LOG`, so that the normal
-/// output stays the one-line messages of this program.
-fn init_tracing() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+/// output stays the one-line messages of this program. Built with the `otlp` feature, the
+/// pipeline's spans are also exported when an OTLP endpoint variable is set.
+fn init_tracing() -> Result<Telemetry, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let fmt = std::env::var_os("RUST_LOG").is_some().then(|| {
+        tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_filter(tracing_subscriber::EnvFilter::from_default_env())
+    });
+    let telemetry = Telemetry::from_env()?;
+    let otel = telemetry.layer();
+    if fmt.is_some() || otel.is_some() {
+        let _ = tracing_subscriber::registry()
+            .with(fmt)
+            .with(otel)
             .try_init();
+    }
+    Ok(telemetry)
+}
+
+/// The OTLP exporter, when this build has one and the environment names an endpoint.
+struct Telemetry {
+    #[cfg(feature = "otlp")]
+    inner: Option<dsh_otel::Telemetry>,
+}
+
+impl Telemetry {
+    #[cfg(feature = "otlp")]
+    fn from_env() -> Result<Telemetry, String> {
+        let inner = dsh_otel::Telemetry::otlp_from_env().map_err(|e| e.to_string())?;
+        Ok(Telemetry { inner })
+    }
+
+    #[cfg(not(feature = "otlp"))]
+    fn from_env() -> Result<Telemetry, String> {
+        Ok(Telemetry {})
+    }
+
+    #[cfg(feature = "otlp")]
+    fn layer<S>(&self) -> Option<impl tracing_subscriber::Layer<S> + use<S>>
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        use tracing_subscriber::Layer as _;
+        self.inner
+            .as_ref()
+            .map(|t| t.layer().with_filter(dsh_otel::dsh_targets()))
+    }
+
+    #[cfg(not(feature = "otlp"))]
+    fn layer<S>(&self) -> Option<tracing_subscriber::layer::Identity> {
+        None
+    }
+
+    /// Sends what is still batched; a collector that is down costs a note, not the run's result.
+    fn finish(self) {
+        #[cfg(feature = "otlp")]
+        if let Some(inner) = self.inner
+            && let Err(e) = inner.shutdown()
+        {
+            note(format!("OTLP export: {e}"));
+        }
     }
 }

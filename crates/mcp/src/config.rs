@@ -3,9 +3,9 @@
 //!
 //! Besides `command`, `args` and `env`, a server may give `cwd` (relative paths are taken from
 //! the default directory) and `timeout` (milliseconds, the per-call deadline, as Gemini CLI
-//! spells it). `"type": "stdio"` is accepted; a remote server (`url`, `httpUrl`, or another
-//! `type`) is refused with an error naming it; `"disabled": true` skips a server. Other keys
-//! that harnesses add are ignored. `${VAR}` and `${VAR:-default}` in `command`, `args`, `env`
+//! spells it; 60 s when absent). `"type": "stdio"` is accepted; a remote server (`url`,
+//! `httpUrl`, or another `type`) is refused with an error naming it; `"disabled": true` skips
+//! a server. Other keys that harnesses add are ignored. `${VAR}` and `${VAR:-default}` in `command`, `args`, `env`
 //! and `cwd` are taken from the environment, as Claude Code does.
 
 use crate::error::McpError;
@@ -29,7 +29,9 @@ pub struct McpServerConfig {
     pub env: BTreeMap<String, String>,
     /// The working directory (`None`: the process's own).
     pub cwd: Option<PathBuf>,
-    /// The deadline of each call to one of its tools, applied by the timeout wrapper.
+    /// The deadline of each call to one of its tools, applied by the timeout wrapper
+    /// (`None`: the source's [`McpOptions::default_timeout`](crate::McpOptions), by default
+    /// [`DEFAULT_TIMEOUT`](crate::DEFAULT_TIMEOUT), 60 s).
     pub timeout_ms: Option<u64>,
 }
 

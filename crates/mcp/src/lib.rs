@@ -9,14 +9,21 @@
 //!   are the definition's schemas, so the pipeline validates arguments and structured results.
 //! - **Concurrency**: a tool runs beside others only where the server marks it
 //!   `annotations.readOnlyHint: true`; every other tool is exclusive.
-//! - **Timeouts**: a server's `timeout` (milliseconds) is the `timeout_ms` of its tools, read
-//!   by the pipeline's timeout wrapper.
+//! - **Timeouts**: a server's `timeout` (milliseconds), or [`DEFAULT_TIMEOUT`] (60 s) for a
+//!   server that sets none ([`McpOptions::default_timeout`] changes it), is the `timeout_ms`
+//!   of its tools, read by the pipeline's timeout wrapper. The server also holds each call to
+//!   that deadline (plus a moment), so a call ends with `TOOL_TIMEOUT` even in a pipeline
+//!   without a timeout wrapper.
 //! - **Failures**: `isError: true` is a `TOOL_ERROR` with the tool's text; a server that
 //!   crashes gives `TOOL_ERROR`, one that hangs `TOOL_TIMEOUT` (and is killed when it does
 //!   not answer a ping); either is started again on the next call. A server's stderr is
 //!   logged with `tracing` (target `dsh_mcp::stderr`), never put into results.
 //! - **Results**: text content becomes text blocks, images image blocks; `structuredContent`,
-//!   when present, is the canonical value.
+//!   when present, is the canonical value, and the server's `content` stays its
+//!   presentation. Where two results of a tool have equal `structuredContent` but different
+//!   `content` and are outstanding at once (parallel read-only calls), neither can be told
+//!   from the other by its value, so each is presented as its value's JSON (which MCP asks
+//!   servers to put in `content` anyway), never as the other call's content.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -47,7 +54,7 @@ pub mod test_server;
 
 pub use config::{McpServerConfig, McpServers};
 pub use error::McpError;
-pub use server::McpOptions;
+pub use server::{DEFAULT_TIMEOUT, McpOptions};
 pub use tool::{McpTool, tool_name};
 
 use dsh_core::{CoreError, ToolDefinition as _, ToolRegistry};

@@ -15,6 +15,7 @@ use rmcp::model::{
 use rmcp::service::RunningService;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value};
+use std::convert::Infallible;
 use std::fmt;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -23,7 +24,15 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::Mutex;
 
-/// Timings of starting, checking and stopping servers.
+/// The deadline of each call to a server's tools when its config sets no `timeout`
+/// (60 s); [`McpOptions::default_timeout`] changes it for a whole source.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long after its timeout a call ends by the server's own deadline, when no timeout
+/// wrapper ended it first (the wrapper reads the same `timeout_ms`, and its result wins).
+const BACKSTOP_MARGIN: Duration = Duration::from_millis(250);
+
+/// Timings of starting, calling, checking and stopping servers.
 ///
 /// ```
 /// use std::time::Duration;
@@ -32,9 +41,16 @@ use tokio::sync::Mutex;
 ///     ..Default::default()
 /// };
 /// assert_eq!(options.startup_timeout, Duration::from_secs(30));
+/// assert_eq!(options.default_timeout, dsh_mcp::DEFAULT_TIMEOUT);
+/// assert_eq!(options.default_timeout, Duration::from_secs(60));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct McpOptions {
+    /// The deadline of each tool call of a server whose config sets no `timeout`
+    /// (default [`DEFAULT_TIMEOUT`], 60 s). It is the tools' `timeout_ms`, which the
+    /// pipeline's timeout wrapper applies; the server also holds each call to it (plus a
+    /// moment), so that a call ends even where no timeout wrapper is installed.
+    pub default_timeout: Duration,
     /// How long a server may take to start, complete the handshake and list its tools.
     pub startup_timeout: Duration,
     /// After a call timed out, how long the server may take to answer a `ping` before it
@@ -47,6 +63,7 @@ pub struct McpOptions {
 impl Default for McpOptions {
     fn default() -> Self {
         McpOptions {
+            default_timeout: DEFAULT_TIMEOUT,
             startup_timeout: Duration::from_secs(30),
             health_check_timeout: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(2),
@@ -159,6 +176,16 @@ impl McpServer {
 
     pub(crate) fn config(&self) -> &McpServerConfig {
         &self.config
+    }
+
+    /// The deadline of each call: the config's `timeout`, or the source's default (at
+    /// least 1 ms).
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.config
+            .timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.options.default_timeout)
+            .max(Duration::from_millis(1))
     }
 
     /// Starts the process and completes the MCP handshake.
@@ -281,7 +308,11 @@ impl McpServer {
         if reason.is_timeout() {
             failure(
                 ErrorCode::ToolTimeout,
-                format!("MCP server `{}` did not answer in time", self.config.name),
+                format!(
+                    "MCP server `{}` did not answer in time (its timeout is {} ms)",
+                    self.config.name,
+                    self.call_timeout().as_millis()
+                ),
             )
         } else {
             failure(ErrorCode::Aborted, reason.to_string())
@@ -329,8 +360,31 @@ impl McpServer {
         });
     }
 
-    /// Calls one of the server's tools, bounded by `signal`.
+    /// Calls one of the server's tools, bounded by `signal` and by the server's own
+    /// deadline ([`McpServer::call_timeout`] and a moment more), so that a call ends even
+    /// where no timeout wrapper is installed.
     pub(crate) async fn call(
+        self: &Arc<Self>,
+        tool: &str,
+        arguments: Map<String, Value>,
+        signal: &Signal,
+    ) -> Result<CallToolResult, ToolFailure> {
+        let (timer, signal) = dsh_core::around::deadline(signal);
+        let limit = self.call_timeout() + BACKSTOP_MARGIN;
+        // Fires the deadline into the call's own signal, so that the call ends the way a
+        // wrapper's timeout ends it (the server is pinged, and killed if it hangs).
+        let backstop = async move {
+            tokio::time::sleep(limit).await;
+            timer.cancel(CancelReason::Timeout);
+            std::future::pending::<Infallible>().await
+        };
+        tokio::select! {
+            answer = self.call_within(tool, arguments, &signal) => answer,
+            never = backstop => match never {},
+        }
+    }
+
+    async fn call_within(
         self: &Arc<Self>,
         tool: &str,
         arguments: Map<String, Value>,
@@ -391,5 +445,53 @@ impl McpServer {
         if !matches!(exited.await, Ok(Ok(_))) {
             tracing::warn!(server = %self.config.name, "MCP server did not exit; killed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::McpServers;
+
+    fn server(entry: &str, options: McpOptions) -> McpServer {
+        let servers =
+            McpServers::from_json(&format!(r#"{{"mcpServers": {{"s": {entry}}}}}"#)).unwrap();
+        McpServer::new(servers.servers()[0].clone(), options)
+    }
+
+    #[test]
+    fn a_server_without_a_timeout_gets_the_default_of_60_seconds() {
+        assert_eq!(DEFAULT_TIMEOUT, Duration::from_secs(60));
+        assert_eq!(McpOptions::default().default_timeout, DEFAULT_TIMEOUT);
+        let s = server(r#"{"command": "x"}"#, McpOptions::default());
+        assert_eq!(s.config().timeout_ms, None);
+        assert_eq!(s.call_timeout(), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_configured_timeout_wins_over_the_default_and_the_default_can_be_changed() {
+        let s = server(r#"{"command": "x", "timeout": 250}"#, McpOptions::default());
+        assert_eq!(s.call_timeout(), Duration::from_millis(250));
+        let options = McpOptions {
+            default_timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        assert_eq!(
+            server(r#"{"command": "x"}"#, options).call_timeout(),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            server(r#"{"command": "x", "timeout": 250}"#, options).call_timeout(),
+            Duration::from_millis(250)
+        );
+        let zero = McpOptions {
+            default_timeout: Duration::ZERO,
+            ..Default::default()
+        };
+        assert_eq!(
+            server(r#"{"command": "x"}"#, zero).call_timeout(),
+            Duration::from_millis(1),
+            "never a deadline that has passed before the call starts"
+        );
     }
 }

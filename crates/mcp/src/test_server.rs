@@ -6,7 +6,9 @@
 //! blocking the server), `hang` (blocks the whole server, so that it cannot even answer a
 //! ping), `crash` (the process exits), `fail` (`isError: true`), `image` (text and an image),
 //! `add {a, b}` (structured output with an output schema), `pid` (the process id, to tell a
-//! restarted server from the first), and `env {name}` (an environment variable, or `(unset)`).
+//! restarted server from the first), `env {name}` (an environment variable, or `(unset)`),
+//! and `tag {label, ms?}` (read-only; the same `structuredContent` for every label, with a
+//! text that names the label).
 //! It writes a line to stderr when it starts and before it crashes.
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -56,6 +58,16 @@ pub struct Sum {
 pub struct EnvArgs {
     /// The variable.
     pub name: String,
+}
+
+/// `tag`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct TagArgs {
+    /// The label the text names.
+    pub label: String,
+    /// How long to take, in milliseconds.
+    #[serde(default)]
+    pub ms: u64,
 }
 
 #[derive(Default)]
@@ -175,6 +187,18 @@ impl TestServer {
         Json(Sum {
             sum: args.a + args.b,
         })
+    }
+
+    #[tool(
+        description = "The same structured result for every label, with a text naming it",
+        annotations(read_only_hint = true)
+    )]
+    async fn tag(&self, Parameters(args): Parameters<TagArgs>) -> CallToolResult {
+        tokio::time::sleep(Duration::from_millis(args.ms)).await;
+        let mut result =
+            CallToolResult::success(vec![ContentBlock::text(format!("tagged {}", args.label))]);
+        result.structured_content = Some(serde_json::json!({"ok": true}));
+        result
     }
 
     #[tool(description = "The server's process id")]

@@ -9,8 +9,70 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-/// How many structured results keep their server-given presentation until it is asked for.
+/// How many distinct structured values keep their server-given presentation until it is
+/// asked for.
 const REMEMBERED_PRESENTATIONS: usize = 64;
+
+/// The server's `content` of structured results, from `execute` until `present`.
+///
+/// `present` is handed the value only, not the call it belongs to, so the content is found
+/// by its value. Results with equal values are kept together, one group per value, with the
+/// number of presentations still to come. While every content of a group is the same, that
+/// content is the answer. Once a group holds different contents (calls with equal
+/// `structuredContent` but different `content` outstanding at once, as parallel read-only
+/// calls are), the value alone cannot say which call is asking, so every presentation of the
+/// group is `None` (the caller shows the value itself) until the group's last presentation
+/// was made: no call is ever shown another call's content.
+#[derive(Debug, Default)]
+struct Presentations {
+    groups: VecDeque<Group>,
+}
+
+#[derive(Debug)]
+struct Group {
+    value: Value,
+    contents: Vec<Vec<ContentBlock>>,
+    /// Presentations still to come (at least 1 while the group is kept).
+    pending: usize,
+}
+
+impl Presentations {
+    fn remember(&mut self, value: Value, content: Vec<ContentBlock>) {
+        if let Some(group) = self.groups.iter_mut().find(|g| g.value == value) {
+            group.contents.push(content);
+            group.pending += 1;
+            return;
+        }
+        if self.groups.len() >= REMEMBERED_PRESENTATIONS {
+            // The oldest group: results whose presentation never came (a body abandoned as
+            // it returned), long since.
+            self.groups.pop_front();
+        }
+        self.groups.push_back(Group {
+            value,
+            contents: vec![content],
+            pending: 1,
+        });
+    }
+
+    fn recall(&mut self, value: &Value) -> Option<Vec<ContentBlock>> {
+        let at = self.groups.iter().position(|g| &g.value == value)?;
+        let group = &mut self.groups[at];
+        group.pending = group.pending.saturating_sub(1);
+        let one_content = group.contents.windows(2).all(|w| w[0] == w[1]);
+        // Contents are only taken while they all agree, so then there is one per pending
+        // presentation; once they disagree they stay until the group is done.
+        let answer = if one_content {
+            group.contents.pop()
+        } else {
+            None
+        };
+        if group.pending == 0 {
+            self.groups.remove(at);
+        }
+        answer
+    }
+}
 
 /// An MCP server's tool, called through the pipeline like any other.
 pub struct McpTool {
@@ -22,8 +84,8 @@ pub struct McpTool {
     read_only: bool,
     server: Arc<McpServer>,
     /// `present` only sees the value; for structured results (value = `structuredContent`)
-    /// the server's own `content` is kept here, keyed by the value it goes with.
-    presentations: Mutex<VecDeque<(Value, Vec<ContentBlock>)>>,
+    /// the server's own `content` is kept here until it is presented.
+    presentations: Mutex<Presentations>,
 }
 
 impl fmt::Debug for McpTool {
@@ -68,7 +130,7 @@ impl McpTool {
                 .and_then(|a| a.read_only_hint)
                 .unwrap_or(false),
             server,
-            presentations: Mutex::new(VecDeque::new()),
+            presentations: Mutex::new(Presentations::default()),
         }
     }
 
@@ -82,26 +144,11 @@ impl McpTool {
         &self.server.config().name
     }
 
-    fn remember(&self, value: &Value, content: Vec<ContentBlock>) {
-        let mut kept = match self.presentations.lock() {
-            Ok(k) => k,
+    fn presentations(&self) -> std::sync::MutexGuard<'_, Presentations> {
+        match self.presentations.lock() {
+            Ok(kept) => kept,
             Err(poisoned) => poisoned.into_inner(),
-        };
-        if kept.len() >= REMEMBERED_PRESENTATIONS {
-            kept.pop_front();
         }
-        kept.push_back((value.clone(), content));
-    }
-
-    fn recall(&self, value: &Value) -> Option<Vec<ContentBlock>> {
-        let kept = match self.presentations.lock() {
-            Ok(k) => k,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        kept.iter()
-            .rev()
-            .find(|(v, _)| v == value)
-            .map(|(_, c)| c.clone())
     }
 }
 
@@ -136,8 +183,9 @@ impl ToolDefinition for McpTool {
         self.read_only
     }
 
+    /// The server's `timeout`, or the source's default (60 s unless changed).
     fn timeout_ms(&self) -> Option<u64> {
-        self.server.config().timeout_ms
+        Some(u64::try_from(self.server.call_timeout().as_millis()).unwrap_or(u64::MAX))
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
@@ -156,18 +204,86 @@ impl ToolDefinition for McpTool {
             structured_content,
         } = convert(result, &self.name)?;
         if let Some(content) = structured_content {
-            self.remember(&value, content);
+            self.presentations().remember(value.clone(), content);
         }
         Ok(value)
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
-        if let Some(content) = self.recall(value) {
+        if let Some(content) = self.presentations().recall(value) {
             return content;
         }
         if self.output_schema.is_some() {
             return vec![ContentBlock::text(value.to_string())];
         }
         blocks_from_content(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn text(t: &str) -> Vec<ContentBlock> {
+        vec![ContentBlock::text(t)]
+    }
+
+    #[test]
+    fn one_call_at_a_time_each_gets_its_own_content() {
+        let mut kept = Presentations::default();
+        let v = json!({"ok": true});
+        kept.remember(v.clone(), text("first"));
+        assert_eq!(kept.recall(&v), Some(text("first")));
+        kept.remember(v.clone(), text("second"));
+        assert_eq!(kept.recall(&v), Some(text("second")));
+        assert!(kept.groups.is_empty());
+        assert_eq!(kept.recall(&v), None, "nothing is presented twice");
+    }
+
+    #[test]
+    fn equal_values_with_different_contents_at_once_are_never_swapped() {
+        let mut kept = Presentations::default();
+        let v = json!({"ok": true});
+        // Two parallel calls both returned before either was presented.
+        kept.remember(v.clone(), text("from a"));
+        kept.remember(v.clone(), text("from b"));
+        assert_eq!(kept.recall(&v), None);
+        // A third call with the same value returns before the second presentation: it
+        // cannot be told apart from the one still pending either.
+        kept.remember(v.clone(), text("from c"));
+        assert_eq!(kept.recall(&v), None);
+        assert_eq!(kept.recall(&v), None);
+        assert!(
+            kept.groups.is_empty(),
+            "the group ends with its last presentation"
+        );
+        // After that, one call at a time gets its own content again.
+        kept.remember(v.clone(), text("from d"));
+        assert_eq!(kept.recall(&v), Some(text("from d")));
+    }
+
+    #[test]
+    fn equal_values_with_equal_contents_keep_the_content() {
+        let mut kept = Presentations::default();
+        let v = json!({"sum": 5});
+        kept.remember(v.clone(), text("sum is 5"));
+        kept.remember(v.clone(), text("sum is 5"));
+        kept.remember(json!({"sum": 6}), text("sum is 6"));
+        assert_eq!(kept.recall(&json!({"sum": 6})), Some(text("sum is 6")));
+        assert_eq!(kept.recall(&v), Some(text("sum is 5")));
+        assert_eq!(kept.recall(&v), Some(text("sum is 5")));
+        assert!(kept.groups.is_empty());
+    }
+
+    #[test]
+    fn the_oldest_group_goes_when_too_many_are_kept() {
+        let mut kept = Presentations::default();
+        for i in 0..=REMEMBERED_PRESENTATIONS {
+            kept.remember(json!({"i": i}), text(&i.to_string()));
+        }
+        assert_eq!(kept.groups.len(), REMEMBERED_PRESENTATIONS);
+        assert_eq!(kept.recall(&json!({"i": 0})), None);
+        assert_eq!(kept.recall(&json!({"i": 1})), Some(text("1")));
     }
 }

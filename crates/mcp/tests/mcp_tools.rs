@@ -2,7 +2,6 @@
 //! (`dsh-mcp-test-server`, built from rmcp's server side).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use dsh_core::around::TimeoutLayer;
 use dsh_core::{
     ContentBlock, ExecutionMode, FrozenResult, Hooks, ToolCall, ToolContext, ToolRegistry,
 };
@@ -29,6 +28,7 @@ fn quick() -> McpOptions {
         startup_timeout: Duration::from_secs(20),
         health_check_timeout: Duration::from_millis(300),
         shutdown_grace: Duration::from_secs(2),
+        ..McpOptions::default()
     }
 }
 
@@ -41,18 +41,28 @@ struct Rig {
 }
 
 impl Rig {
-    async fn start(extra: Value, mut hooks: Hooks) -> Rig {
-        let source = McpToolSource::start_with(config(extra), quick())
+    /// A pipeline with the timeout wrapper (without a default of its own).
+    async fn start(extra: Value, hooks: Hooks) -> Rig {
+        Rig::start_with(extra, hooks, quick(), true).await
+    }
+
+    async fn start_with(
+        extra: Value,
+        hooks: Hooks,
+        options: McpOptions,
+        timeout_wrapper: bool,
+    ) -> Rig {
+        let source = McpToolSource::start_with(config(extra), options)
             .await
             .unwrap();
         let registry = Arc::new(ToolRegistry::new());
         source.register(&registry).unwrap();
-        hooks.around(TimeoutLayer::default());
-        let harness = HarnessBuilder::new(registry.clone())
-            .hooks(hooks)
-            .build()
-            .await
-            .unwrap();
+        // The harness installs the timeout wrapper unless told not to.
+        let mut builder = HarnessBuilder::new(registry.clone()).hooks(hooks);
+        if !timeout_wrapper {
+            builder = builder.without_timeout();
+        }
+        let harness = builder.build().await.unwrap();
         let log = SessionLog::memory().await.unwrap();
         let session = harness
             .open(log.clone(), SchedulerConfig::default(), None)
@@ -136,6 +146,11 @@ async fn each_server_tool_is_registered_with_its_schemas_and_placement() {
     assert_eq!(echo.input_schema()["required"], json!(["text"]));
     assert_eq!(echo.execution_mode(), ExecutionMode::Exclusive);
     assert!(!echo.is_concurrency_safe(&json!({"text": "x"})));
+    assert_eq!(
+        echo.timeout_ms(),
+        Some(60_000),
+        "a server without a `timeout` gets the default"
+    );
     let peek = rig.registry.get("mcp__test__peek").unwrap();
     assert_eq!(peek.definition().execution_mode(), ExecutionMode::Parallel);
     assert!(peek.definition().is_concurrency_safe(&json!({})));
@@ -237,6 +252,103 @@ async fn a_slow_tool_times_out_and_a_server_that_still_answers_is_kept() {
     assert_eq!(code(&r), "TOOL_TIMEOUT", "{}", r.text());
     assert!(r.text().contains("300 ms"), "{}", r.text());
     assert_eq!(rig.pid().await, before, "the server answered its ping");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_timeout_times_out_at_the_default_timeout() {
+    // The default is 60 s (a unit test in server.rs checks it); a small default keeps this
+    // test fast. The wrapper has no default of its own: only the server's applies.
+    let options = McpOptions {
+        default_timeout: Duration::from_millis(300),
+        ..quick()
+    };
+    let rig = Rig::start_with(json!({}), Hooks::new(), options, true).await;
+    let slow = rig.registry.get("mcp__test__slow").unwrap();
+    assert_eq!(slow.definition().timeout_ms(), Some(300));
+    let before = rig.pid().await;
+    let started = std::time::Instant::now();
+    let r = rig.one("mcp__test__slow", json!({"ms": 10_000})).await;
+    assert_eq!(code(&r), "TOOL_TIMEOUT", "{}", r.text());
+    assert!(r.text().contains("300 ms"), "{}", r.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(rig.pid().await, before, "the server answered its ping");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_timeout_wrapper_a_call_still_ends_at_the_servers_timeout() {
+    let rig = Rig::start_with(json!({"timeout": 300}), Hooks::new(), quick(), false).await;
+    let before = rig.pid().await;
+    let started = std::time::Instant::now();
+    let r = rig.one("mcp__test__slow", json!({"ms": 10_000})).await;
+    assert_eq!(code(&r), "TOOL_TIMEOUT", "{}", r.text());
+    assert!(r.text().contains("300 ms"), "{}", r.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(rig.pid().await, before, "the server answered its ping");
+    let r = rig
+        .one("mcp__test__echo", json!({"text": "still here"}))
+        .await;
+    assert_eq!(r.text(), "still here");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equal_structured_results_never_take_each_others_text() {
+    let rig = Rig::start(json!({}), Hooks::new()).await;
+    let tag = rig.registry.get("mcp__test__tag").unwrap();
+    let tag = tag.definition();
+    assert_eq!(tag.execution_mode(), ExecutionMode::Parallel);
+    let run =
+        |label: &'static str| tag.execute(json!({"label": label}), ToolContext::detached(label));
+    let json_text = vec![ContentBlock::text(r#"{"ok":true}"#)];
+
+    // One at a time: each result keeps the server's own text.
+    let a = run("a").await.unwrap();
+    assert_eq!(tag.present(&a), [ContentBlock::text("tagged a")]);
+    let b = run("b").await.unwrap();
+    assert_eq!(tag.present(&b), [ContentBlock::text("tagged b")]);
+
+    // Both returned before either is presented, with the same structuredContent: the value
+    // cannot say which is which, so neither shows the other's text.
+    let a = run("a").await.unwrap();
+    let b = run("b").await.unwrap();
+    assert_eq!(a, b);
+    assert_eq!(tag.present(&a), json_text);
+    assert_eq!(tag.present(&b), json_text);
+    // And the next call on its own has its text again.
+    let c = run("c").await.unwrap();
+    assert_eq!(tag.present(&c), [ContentBlock::text("tagged c")]);
+
+    // Through the pipeline, side by side, many times over.
+    for round in 0..10 {
+        let labels = ["a", "b", "c"];
+        let results = rig
+            .step(
+                labels
+                    .iter()
+                    .map(|l| (*l, "mcp__test__tag", json!({"label": l, "ms": 20})))
+                    .collect(),
+            )
+            .await;
+        for (label, r) in labels.iter().zip(&results) {
+            assert_eq!(code(r), "ok", "{}", r.text());
+            let own = vec![ContentBlock::text(format!("tagged {label}"))];
+            assert!(
+                r.content() == own.as_slice() || r.content() == json_text.as_slice(),
+                "round {round}: call {label} was shown {:?}",
+                r.content()
+            );
+        }
+    }
     rig.stop().await;
 }
 
