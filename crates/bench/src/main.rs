@@ -33,12 +33,13 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let all = benches();
     if args.is_empty() || args.iter().any(|a| a == "--list" || a == "-l") {
+        // One bare name a line, for scripts; which ones `all` skips goes to stderr.
         for b in &all {
-            println!(
-                "{}{}",
-                b.name,
-                if b.in_all { "" } else { "  (not in `all`)" }
-            );
+            report::out(b.name);
+        }
+        let skipped: Vec<&str> = all.iter().filter(|b| !b.in_all).map(|b| b.name).collect();
+        if !skipped.is_empty() {
+            eprintln!("not in `all`: {}", skipped.join(", "));
         }
         return;
     }

@@ -392,12 +392,111 @@ fn memory() {
     });
 }
 
-/// One session, 1,000,000 calls of mixed outcomes: does memory or the actor count creep?
+/// The soak's harness: the file tools on `root` (with their sandbox), `run_code`, `noop`, and
+/// one pass-through handler at every hook point plus a guard.
+async fn soak_harness(root: &std::path::Path) -> (Harness, dsh_tool_fs::FsToolset) {
+    let registry = Arc::new(ToolRegistry::new());
+    must(registry.register(Noop), "register");
+    must(
+        registry.register(dsh_code_mode::RunCode::new(
+            dsh_code_mode::CodeLimits::default(),
+        )),
+        "register run_code",
+    );
+    let toolset = must(
+        dsh_tool_fs::FsToolset::builder(root).build().await,
+        "file tools",
+    );
+    must(toolset.register(&registry), "register the file tools");
+    let mut hooks = Hooks::new();
+    hooks.pre_execute_arc(toolset.sandbox());
+    hooks.pre_execute(PassPre);
+    hooks.around(PassAround);
+    hooks.post_execute(PassPost);
+    hooks.observe(Count(Arc::new(AtomicUsize::new(0))));
+    let harness = must(
+        HarnessBuilder::new(registry).hooks(hooks).build().await,
+        "harness",
+    );
+    let owner = must(
+        harness
+            .pipeline()
+            .guards()
+            .register(FnGuard::new("pass", |_c: &GuardCall| GuardVerdict::Abstain))
+            .await,
+        "guard",
+    );
+    std::mem::forget(owner); // the guard stays for the harness's life
+    (harness, toolset)
+}
+
+/// The calls of soak step `step` (1-based), about ten a step: reads, greps, listings and
+/// globs of a small project; every other step an edit of the file the step before read (it
+/// toggles one word, so the file stays the same size); now and then a `run_code` script
+/// with a sub-call, a path outside the workspace, a sleep; and the bad input a model sends
+/// (arguments that are not an object, an unknown tool).
+fn soak_step(step: usize, on: bool) -> Vec<ToolCall> {
+    let mut calls = vec![
+        ToolCall::new("read", "read_file", json!({"path": "src/state.txt"})),
+        ToolCall::new("grep", "grep", json!({"pattern": "fn \\w+"})),
+        ToolCall::new("ls", "list_dir", json!({"path": "src"})),
+        ToolCall::new("glob", "glob", json!({"pattern": "**/*.rs"})),
+        ToolCall::new("noop", "noop", json!({})),
+        ToolCall::new("bad", "noop", json!("not an object")),
+        ToolCall::new("missing", "no_such_tool", json!({})),
+    ];
+    if step.is_multiple_of(2) {
+        let (old, new) = if on { ("on", "off") } else { ("off", "on") };
+        calls.push(ToolCall::new(
+            "edit",
+            "edit_file",
+            json!({"path": "src/state.txt", "old_string": format!("state: {old}"),
+                   "new_string": format!("state: {new}")}),
+        ));
+    }
+    if step.is_multiple_of(7) {
+        calls.push(ToolCall::new("sleep", "noop", json!({"sleep_ms": 1})));
+    }
+    if step.is_multiple_of(11) {
+        calls.push(ToolCall::new(
+            "outside",
+            "read_file",
+            json!({"path": "../../etc/passwd"}),
+        ));
+    }
+    if step.is_multiple_of(50) {
+        calls.push(ToolCall::new(
+            "code",
+            "run_code",
+            json!({"code": "const r = await tools.list_dir({path: 'src'}); return r.total;"}),
+        ));
+    }
+    calls
+}
+
+/// One session, 1,000,000 calls of mixed tools and outcomes: does memory or the actor count
+/// creep? (`DSH_SOAK_CALLS` sets another count.)
 fn soak() {
     let rt = runtime();
     rt.block_on(async {
         let start_actors = dsh_core::live::live_actors();
-        let harness = full_harness().await;
+        let project = must(tempfile::tempdir(), "temp dir");
+        let src = project.path().join("src");
+        must(std::fs::create_dir_all(&src), "project");
+        for k in 0..20 {
+            let body: String = (0..40)
+                .map(|l| format!("fn f{k}_{l}() -> u32 {{ {l} }}\n"))
+                .collect();
+            must(
+                std::fs::write(src.join(format!("m{k}.rs")), body),
+                "project",
+            );
+        }
+        must(
+            std::fs::write(src.join("state.txt"), "state: on\n"),
+            "project",
+        );
+        let (harness, toolset) = soak_harness(project.path()).await;
         // A file log: an in-memory one would grow by design and hide a real leak.
         let dir = must(tempfile::tempdir(), "temp dir");
         let (log, _) = must(
@@ -417,31 +516,28 @@ fn soak() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(1_000_000usize);
-        let per_step = 10;
         let warm_up = total / 10;
         let mut after_warm_up = 0.0;
         let started = Instant::now();
-        let mut done = 0usize;
-        let mut step = 0usize;
+        let (mut done, mut step, mut on, mut errors) = (0usize, 0usize, true, 0usize);
+        let mut edits_failed = 0usize;
         while done < total {
             step += 1;
-            let calls = (0..per_step)
-                .map(|i| {
-                    let args = match (step + i) % 7 {
-                        0 => json!({"sleep_ms": 1}),
-                        1 => json!("not an object"),
-                        _ => json!({}),
-                    };
-                    let name = if (step + i).is_multiple_of(13) {
-                        "missing"
-                    } else {
-                        "noop"
-                    };
-                    ToolCall::new(format!("c{i}"), name, args)
-                })
-                .collect();
-            must(session.run_step(StepRequest::new(calls)).await, "step");
-            done += per_step;
+            let calls = soak_step(step, on);
+            let n = calls.len();
+            let out = must(session.run_step(StepRequest::new(calls)).await, "step");
+            for r in &out.results {
+                if r.error_info().is_some() {
+                    errors += 1;
+                    if r.call_id() == "edit" {
+                        edits_failed += 1;
+                    }
+                }
+                if r.call_id() == "edit" && r.error_info().is_none() {
+                    on = !on;
+                }
+            }
+            done += n;
             if after_warm_up == 0.0 && done >= warm_up {
                 after_warm_up = rss_bytes();
             }
@@ -449,8 +545,13 @@ fn soak() {
         let end = rss_bytes();
         session.shutdown().await;
         harness.shutdown().await;
+        toolset.shutdown().await;
         tokio::time::sleep(Duration::from_millis(100)).await;
+        if edits_failed > 0 {
+            eprintln!("soak: {edits_failed} edits failed (expected none)");
+        }
         emit("soak", "calls", done as f64, "calls");
+        emit("soak", "error_results", errors as f64, "results");
         emit(
             "soak",
             "calls_per_s",
@@ -463,10 +564,11 @@ fn soak() {
             (end - after_warm_up) / (1024.0 * 1024.0),
             "MiB",
         );
+        emit("soak", "live_actors_start", start_actors as f64, "actors");
         emit(
             "soak",
             "live_actors_end",
-            (dsh_core::live::live_actors() - start_actors) as f64,
+            dsh_core::live::live_actors() as f64,
             "actors",
         );
     });

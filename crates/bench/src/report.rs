@@ -2,7 +2,6 @@
 #![allow(dead_code)]
 
 /// Prints `{"bench": NAME, "metric": M, "value": V, "unit": U}`, keys in that order.
-#[allow(clippy::print_stdout)]
 pub fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
     let s = |v: &str| serde_json::Value::from(v).to_string();
     // A figure that is not finite is not JSON; it is reported as null rather than dropped.
@@ -11,12 +10,26 @@ pub fn emit(bench: &str, metric: &str, value: f64, unit: &str) {
     } else {
         "null".to_string()
     };
-    println!(
+    let line = format!(
         "{{\"bench\": {}, \"metric\": {}, \"value\": {value}, \"unit\": {}}}",
         s(bench),
         s(metric),
         s(unit)
     );
+    out(&line);
+}
+
+/// Writes one line to stdout and flushes it, so a reader sees each figure as it is measured.
+/// A reader that has gone away (`| head`) ends the run quietly instead of with a panic.
+pub fn out(line: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
 }
 
 /// The `q`-quantile (0..=1) of `samples` (sorted in place).

@@ -6,9 +6,13 @@
 //!   `file_always_events_per_s` use 16 concurrent appenders; `file_batch1_events_per_s` one.
 //!   Goals: memory ≥ 1,000,000/s, file+batch with 16 appenders ≥ 100,000/s. Also
 //!   `memory_burst8_events_per_s`: the 16 appenders each send eight appends before awaiting
-//!   them, the way the scheduler records a step's calls. And `fdatasync_p50_us` /
-//!   `fdatasync_mean_us`, the disk's own sync latency, which bounds every syncing figure: 16
-//!   appenders, each awaiting its ack, can never get more than 16 appends per sync.
+//!   them, the way the scheduler records a step's calls. `memory_1thread_events_per_s`: the 16
+//!   appenders on a current-thread runtime, which shows what waking tasks across the two
+//!   workers costs (most of the multi-threaded figure's time is spent parking and unparking
+//!   worker threads, not in the writer). And `fdatasync_p50_us` / `fdatasync_mean_us`, the
+//!   disk's own sync latency, which bounds every syncing figure: 16 appenders, each awaiting
+//!   its ack, can never get more than 16 appends per sync; `file_batch16_events_per_sync`
+//!   says how many shared each sync in the run.
 //! - `session/replay`: a 1,000,000-event log rebuilt into a transcript (`replay_1m_s`, goal
 //!   ≤ 1.5 s), against merely parsing every line into a `serde_json::Value`
 //!   (`replay_to_parse_ratio`, goal ≤ 1.5). Warm cache, median of 3 alternating runs.
@@ -93,14 +97,16 @@ async fn append_rate(log: &SessionLog, appenders: usize, burst: usize) -> f64 {
     total as f64 / start.elapsed().as_secs_f64()
 }
 
-async fn file_rate(dir: &Path, name: &str, durability: Durability, appenders: usize) -> f64 {
+/// The rate, and how many events shared each sync on average.
+async fn file_rate(dir: &Path, name: &str, durability: Durability, appenders: usize) -> (f64, f64) {
     let path = dir.join(name);
     let (log, _) = SessionLog::open_file(&path, durability, None)
         .await
         .expect("open the log");
     let rate = append_rate(&log, appenders, 1).await;
+    let stats = log.stats();
     log.close().await.expect("close the log");
-    rate
+    (rate, stats.events as f64 / stats.syncs.max(1) as f64)
 }
 
 /// The disk's own `write` + `fdatasync` latency for one small append, in microseconds:
@@ -132,13 +138,27 @@ fn append() {
         let rate = append_rate(&log, 16, 8).await;
         log.close().await.expect("close");
         emit(b, "memory_burst8_events_per_s", rate, "events/s");
-        let none = file_rate(dir.path(), "none.jsonl", Durability::None, 16).await;
+    });
+    // The same 16 appenders on one thread: what is left when no task wakes another worker.
+    let one = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    one.block_on(async {
+        let log = SessionLog::memory().await.expect("memory log");
+        let rate = append_rate(&log, 16, 1).await;
+        log.close().await.expect("close");
+        emit(b, "memory_1thread_events_per_s", rate, "events/s");
+    });
+    rt.block_on(async {
+        let (none, _) = file_rate(dir.path(), "none.jsonl", Durability::None, 16).await;
         emit(b, "file_none_events_per_s", none, "events/s");
-        let batch1 = file_rate(dir.path(), "batch1.jsonl", Durability::Batch, 1).await;
+        let (batch1, _) = file_rate(dir.path(), "batch1.jsonl", Durability::Batch, 1).await;
         emit(b, "file_batch1_events_per_s", batch1, "events/s");
-        let batch16 = file_rate(dir.path(), "batch16.jsonl", Durability::Batch, 16).await;
+        let (batch16, shared) = file_rate(dir.path(), "batch16.jsonl", Durability::Batch, 16).await;
         emit(b, "file_batch16_events_per_s", batch16, "events/s");
-        let always = file_rate(dir.path(), "always.jsonl", Durability::Always, 16).await;
+        emit(b, "file_batch16_events_per_sync", shared, "events");
+        let (always, _) = file_rate(dir.path(), "always.jsonl", Durability::Always, 16).await;
         emit(b, "file_always_events_per_s", always, "events/s");
     });
     let (p50, mean) = fdatasync_us(dir.path());
