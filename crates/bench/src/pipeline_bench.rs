@@ -164,7 +164,12 @@ fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
 async fn full_harness() -> Harness {
     let registry = Arc::new(ToolRegistry::new());
     must(registry.register(Noop), "register");
-    let mut hooks = Hooks::new();
+    pass_through_harness(registry, Hooks::new()).await
+}
+
+/// A harness over `registry` with `hooks` plus one pass-through handler at every hook point
+/// and one guard that abstains.
+async fn pass_through_harness(registry: Arc<ToolRegistry>, mut hooks: Hooks) -> Harness {
     hooks.pre_execute(PassPre);
     hooks.around(PassAround);
     hooks.post_execute(PassPost);
@@ -410,24 +415,7 @@ async fn soak_harness(root: &std::path::Path) -> (Harness, dsh_tool_fs::FsToolse
     must(toolset.register(&registry), "register the file tools");
     let mut hooks = Hooks::new();
     hooks.pre_execute_arc(toolset.sandbox());
-    hooks.pre_execute(PassPre);
-    hooks.around(PassAround);
-    hooks.post_execute(PassPost);
-    hooks.observe(Count(Arc::new(AtomicUsize::new(0))));
-    let harness = must(
-        HarnessBuilder::new(registry).hooks(hooks).build().await,
-        "harness",
-    );
-    let owner = must(
-        harness
-            .pipeline()
-            .guards()
-            .register(FnGuard::new("pass", |_c: &GuardCall| GuardVerdict::Abstain))
-            .await,
-        "guard",
-    );
-    std::mem::forget(owner); // the guard stays for the harness's life
-    (harness, toolset)
+    (pass_through_harness(registry, hooks).await, toolset)
 }
 
 /// The calls of soak step `step` (1-based), about ten a step: reads, greps, listings and
