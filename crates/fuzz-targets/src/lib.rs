@@ -68,21 +68,62 @@ pub fn patch(data: &[u8]) {
 }
 
 /// `edit_file`'s logic on `content 0xFF old 0xFF new`: an edit either fails with an error or
-/// leaves `new` in the content.
+/// replaces exactly the occurrences it counts. In a CRLF file an `old` that is not there as
+/// written is matched with CRLF endings, and `new` is always inserted with CRLF endings; so the
+/// edited file is the original with `replacements` copies of the matched text turned into the
+/// inserted text, byte for byte.
+///
+/// The oracle compares bytes, not line endings normalized afterwards: a `new` ending in a bare
+/// CR, inserted before an LF, reads as CRLF once normalized, and an earlier oracle that
+/// normalized both sides flagged that as a lost edit (the first finding of this target, a
+/// false positive: the bytes were right).
 pub fn edit(data: &[u8]) {
+    use dsh_tool_fs::edit::{apply_edit, uses_crlf};
     let mut parts = data.splitn(3, |b| *b == 0xFF);
     let content = String::from_utf8_lossy(parts.next().unwrap_or_default());
     let old = String::from_utf8_lossy(parts.next().unwrap_or_default());
     let new = String::from_utf8_lossy(parts.next().unwrap_or_default());
     let replace_all = data.len().is_multiple_of(2);
-    if let Ok(edited) = dsh_tool_fs::edit::apply_edit(&content, &old, &new, replace_all) {
-        let normalized = new.replace("\r\n", "\n");
-        let shown = edited.content.replace("\r\n", "\n");
-        assert!(
-            shown.contains(&normalized),
-            "the edit did not leave its new text in the file"
-        );
-    }
+    let Ok(edited) = apply_edit(&content, &old, &new, replace_all) else {
+        return;
+    };
+    let crlf = |t: &str| t.replace("\r\n", "\n").replace('\n', "\r\n");
+    let is_crlf = uses_crlf(&content);
+    let matched = if is_crlf && !content.contains(old.as_ref()) {
+        crlf(&old)
+    } else {
+        old.to_string()
+    };
+    let inserted = if is_crlf { crlf(&new) } else { new.to_string() };
+    let found = content.matches(matched.as_str()).count();
+    assert!(
+        edited.replacements >= 1 && (found == 1 || replace_all),
+        "an edit succeeded with {} replacement(s) of {found} occurrence(s)",
+        edited.replacements
+    );
+    assert_eq!(
+        edited.replacements, found,
+        "not every occurrence was replaced"
+    );
+    let grown = edited.content.len() as i128 - content.len() as i128;
+    let per = inserted.len() as i128 - matched.len() as i128;
+    assert_eq!(
+        grown,
+        per * found as i128,
+        "the edit changed more than the matches"
+    );
+    // Nothing before the first match or after the last one moves.
+    let first = content.find(matched.as_str()).unwrap_or_default();
+    let after_last = content.rfind(matched.as_str()).unwrap_or_default() + matched.len();
+    let tail = &content[after_last..];
+    assert!(
+        edited.content.starts_with(&content[..first]) && edited.content.ends_with(tail),
+        "the edit changed text outside the matches"
+    );
+    assert!(
+        edited.content[first..].starts_with(&inserted),
+        "the inserted text is not where the first match was"
+    );
 }
 
 /// The path resolver: whatever it accepts stays inside the workspace root.

@@ -42,7 +42,7 @@ use crate::lines::for_each_line;
 use crate::recover::{Tail, TornRun, Tracker, Verdict};
 use dsh_core::event::SURFACE_APPEND;
 use dsh_core::{EventBody, SessionEvent};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
@@ -363,22 +363,163 @@ impl From<Violation> for SessionError {
     }
 }
 
-struct OpenCall<'a> {
-    call_id: &'a str,
+struct OpenCall {
+    call_id: String,
     step: u64,
 }
 
-/// The state of one forward pass.
+/// The invariants, checked one event at a time with state bounded by the current step's open
+/// calls, so recovery can vouch for a log of any length as it streams it.
+///
+/// Three violations need to see other events to be told apart, and this pass reports them in
+/// their plainest form: a step that ends with a call open is [`Violation::MissingResult`] (its
+/// result may come later, in another step); a result naming any seq that is not an open call
+/// of this step is [`Violation::UnknownCall`] (it may be answered already, or come later); a
+/// misplaced dispatch says only that its parent is not open. [`check`], which holds the whole
+/// log, then names each precisely ([`explain`]).
 #[derive(Default)]
-struct Pass<'a> {
+pub(crate) struct StreamCheck {
+    next_seq: u64,
     step: Option<u64>,
     /// Calls of the current step still without a result, by seq.
-    open: BTreeMap<u64, OpenCall<'a>>,
-    /// Answered calls: call seq -> result seq.
-    answered: HashMap<u64, u64>,
+    open: BTreeMap<u64, OpenCall>,
     /// The current step's first `user/message`.
     first_user: Option<u64>,
     report: CheckReport,
+}
+
+impl StreamCheck {
+    /// The calls of the current step still without a result: (seq, step, call id), in seq
+    /// order.
+    pub fn open_calls(&self) -> impl Iterator<Item = (u64, u64, &str)> {
+        self.open
+            .iter()
+            .map(|(seq, c)| (*seq, c.step, c.call_id.as_str()))
+    }
+
+    /// Checks the next event of the log.
+    pub fn push(&mut self, event: &SessionEvent) -> Result<(), Violation> {
+        let expected = self.next_seq.max(1);
+        if event.seq != expected {
+            return Err(Violation::SeqOutOfOrder {
+                line: usize::try_from(expected).unwrap_or(usize::MAX),
+                expected,
+                found: event.seq,
+            });
+        }
+        self.next_seq = expected + 1;
+        match self.step {
+            Some(previous) if event.step < previous => {
+                return Err(Violation::StepBackwards {
+                    seq: event.seq,
+                    step: event.step,
+                    previous,
+                });
+            }
+            Some(previous) if event.step == previous => {}
+            _ => {
+                self.close_step()?;
+                self.step = Some(event.step);
+                self.first_user = None;
+                self.report.steps += 1;
+            }
+        }
+        self.report.events += 1;
+        match &event.body {
+            EventBody::ToolCall(d) => {
+                self.report.calls += 1;
+                self.open.insert(
+                    event.seq,
+                    OpenCall {
+                        call_id: d.call_id.clone(),
+                        step: event.step,
+                    },
+                );
+            }
+            EventBody::ToolResult {
+                data,
+                surface_op,
+                source_event_seqs,
+            } => self.result(event, &data.call_id, surface_op, source_event_seqs)?,
+            EventBody::CodeDispatch(d) => {
+                self.report.code_dispatches += 1;
+                if !self.open.values().any(|c| c.call_id == d.parent_call_id) {
+                    return Err(Violation::DispatchOutsideParent {
+                        seq: event.seq,
+                        parent_call_id: d.parent_call_id.clone(),
+                        reason: "names no open tool/call of its step".to_string(),
+                    });
+                }
+            }
+            EventBody::UserMessage(_) => {
+                self.report.user_messages += 1;
+                self.first_user.get_or_insert(event.seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of the log: the last step must have no call open.
+    pub fn finish(mut self) -> Result<CheckReport, Violation> {
+        self.close_step()?;
+        Ok(self.report)
+    }
+
+    /// The calls a step left open when the next step begins (or the log ends).
+    fn close_step(&mut self) -> Result<(), Violation> {
+        match self.open.iter().next() {
+            None => Ok(()),
+            Some((&call_seq, call)) => Err(Violation::MissingResult {
+                call_seq,
+                call_id: call.call_id.clone(),
+                step: call.step,
+            }),
+        }
+    }
+
+    fn result(
+        &mut self,
+        event: &SessionEvent,
+        call_id: &str,
+        surface_op: &str,
+        sources: &[u64],
+    ) -> Result<(), Violation> {
+        let seq = event.seq;
+        if surface_op != SURFACE_APPEND {
+            return Err(Violation::SurfaceOp {
+                seq,
+                found: surface_op.to_string(),
+            });
+        }
+        let &[call_seq] = sources else {
+            return Err(Violation::SourceCount {
+                seq,
+                found: sources.to_vec(),
+            });
+        };
+        // Only this step's calls can be open (a step that ends with one open is a violation),
+        // so an open call is one that comes before this result, in its step, unanswered.
+        let Some(call) = self.open.get(&call_seq) else {
+            return Err(Violation::UnknownCall { seq, call_seq });
+        };
+        if call.call_id != call_id {
+            return Err(Violation::CallIdMismatch {
+                seq,
+                call_seq,
+                expected: call.call_id.clone(),
+                found: call_id.to_string(),
+            });
+        }
+        if let Some(user) = self.first_user {
+            return Err(Violation::UserMessageBeforeResult {
+                seq: user,
+                result_seq: seq,
+                step: event.step,
+            });
+        }
+        self.open.remove(&call_seq);
+        Ok(())
+    }
 }
 
 /// Where each call id appears, for explaining a misplaced code dispatch and a result in the
@@ -416,165 +557,85 @@ fn misplaced_dispatch(events: &[SessionEvent], at: &SessionEvent, parent: &str) 
     "names no tool/call".to_string()
 }
 
-impl<'a> Pass<'a> {
-    /// The calls a step left open when the next step begins (or the log ends).
-    fn close_step(&mut self, events: &'a [SessionEvent]) -> Result<(), Violation> {
-        let Some((&call_seq, call)) = self.open.iter().next() else {
-            return Ok(());
-        };
-        if let Some(r) = result_of(events, call_seq) {
-            return Err(Violation::ResultInOtherStep {
-                seq: r.seq,
-                call_seq,
-                call_step: call.step,
-                step: r.step,
-            });
-        }
-        Err(Violation::MissingResult {
-            call_seq,
-            call_id: call.call_id.to_string(),
-            step: call.step,
-        })
-    }
-
-    fn event(&mut self, events: &'a [SessionEvent], index: usize) -> Result<(), Violation> {
-        let event = &events[index];
-        let expected = index as u64 + 1;
-        if event.seq != expected {
-            return Err(Violation::SeqOutOfOrder {
-                line: index + 1,
-                expected,
-                found: event.seq,
-            });
-        }
-        match self.step {
-            Some(previous) if event.step < previous => {
-                return Err(Violation::StepBackwards {
-                    seq: event.seq,
-                    step: event.step,
-                    previous,
-                });
-            }
-            Some(previous) if event.step == previous => {}
-            _ => {
-                self.close_step(events)?;
-                self.step = Some(event.step);
-                self.first_user = None;
-                self.report.steps += 1;
-            }
-        }
-        self.report.events += 1;
-        match &event.body {
-            EventBody::ToolCall(d) => {
-                self.report.calls += 1;
-                self.open.insert(
-                    event.seq,
-                    OpenCall {
-                        call_id: &d.call_id,
-                        step: event.step,
-                    },
-                );
-            }
-            EventBody::ToolResult {
-                data,
-                surface_op,
-                source_event_seqs,
-            } => self.result(events, event, &data.call_id, surface_op, source_event_seqs)?,
-            EventBody::CodeDispatch(d) => {
-                self.report.code_dispatches += 1;
-                if !self.open.values().any(|c| c.call_id == d.parent_call_id) {
-                    return Err(Violation::DispatchOutsideParent {
-                        seq: event.seq,
-                        parent_call_id: d.parent_call_id.clone(),
-                        reason: misplaced_dispatch(events, event, &d.parent_call_id),
-                    });
-                }
-            }
-            EventBody::UserMessage(_) => {
-                self.report.user_messages += 1;
-                self.first_user.get_or_insert(event.seq);
-            }
-        }
-        Ok(())
-    }
-
-    fn result(
-        &mut self,
-        events: &'a [SessionEvent],
-        event: &SessionEvent,
-        call_id: &str,
-        surface_op: &str,
-        sources: &[u64],
-    ) -> Result<(), Violation> {
-        let seq = event.seq;
-        if surface_op != SURFACE_APPEND {
-            return Err(Violation::SurfaceOp {
-                seq,
-                found: surface_op.to_string(),
-            });
-        }
-        let &[call_seq] = sources else {
-            return Err(Violation::SourceCount {
-                seq,
-                found: sources.to_vec(),
-            });
-        };
-        let named = usize::try_from(call_seq)
+/// Names precisely a violation [`StreamCheck`] reported in its plainest form, by looking at
+/// the rest of the log.
+fn explain(events: &[SessionEvent], violation: Violation) -> Violation {
+    let event_at = |seq: u64| {
+        usize::try_from(seq)
             .ok()
             .and_then(|s| s.checked_sub(1))
             .and_then(|i| events.get(i))
-            .filter(|e| e.seq == call_seq);
-        let call = match named.map(|e| (e, &e.body)) {
-            Some((e, EventBody::ToolCall(d))) => (e, d),
-            _ => return Err(Violation::UnknownCall { seq, call_seq }),
-        };
-        if call_seq >= seq {
-            return Err(Violation::ResultBeforeCall { seq, call_seq });
-        }
-        if let Some(&first) = self.answered.get(&call_seq) {
-            return Err(Violation::DuplicateResult {
-                seq,
+            .filter(|e| e.seq == seq)
+    };
+    match violation {
+        Violation::MissingResult {
+            call_seq,
+            call_id,
+            step,
+        } => match result_of(events, call_seq) {
+            Some(r) => Violation::ResultInOtherStep {
+                seq: r.seq,
                 call_seq,
-                first,
-            });
-        }
-        if call.0.step != event.step {
-            return Err(Violation::ResultInOtherStep {
-                seq,
+                call_step: step,
+                step: r.step,
+            },
+            None => Violation::MissingResult {
                 call_seq,
-                call_step: call.0.step,
-                step: event.step,
-            });
+                call_id,
+                step,
+            },
+        },
+        Violation::UnknownCall { seq, call_seq } => {
+            let Some(call) =
+                event_at(call_seq).filter(|e| matches!(e.body, EventBody::ToolCall(_)))
+            else {
+                return Violation::UnknownCall { seq, call_seq };
+            };
+            if call_seq > seq {
+                return Violation::ResultBeforeCall { seq, call_seq };
+            }
+            // An earlier call that is not open: answered already, or (when its step had ended
+            // without a result, which the pass would have reported first) in another step.
+            match result_of(events, call_seq).filter(|r| r.seq < seq) {
+                Some(first) => Violation::DuplicateResult {
+                    seq,
+                    call_seq,
+                    first: first.seq,
+                },
+                None => Violation::ResultInOtherStep {
+                    seq,
+                    call_seq,
+                    call_step: call.step,
+                    step: event_at(seq).map_or(0, |e| e.step),
+                },
+            }
         }
-        if call.1.call_id != call_id {
-            return Err(Violation::CallIdMismatch {
+        Violation::DispatchOutsideParent {
+            seq,
+            parent_call_id,
+            reason,
+        } => {
+            let reason = match event_at(seq) {
+                Some(at) => misplaced_dispatch(events, at, &parent_call_id),
+                None => reason,
+            };
+            Violation::DispatchOutsideParent {
                 seq,
-                call_seq,
-                expected: call.1.call_id.clone(),
-                found: call_id.to_string(),
-            });
+                parent_call_id,
+                reason,
+            }
         }
-        if let Some(user) = self.first_user {
-            return Err(Violation::UserMessageBeforeResult {
-                seq: user,
-                result_seq: seq,
-                step: event.step,
-            });
-        }
-        self.open.remove(&call_seq);
-        self.answered.insert(call_seq, seq);
-        Ok(())
+        other => other,
     }
 }
 
 /// Checks `events` (a whole log, in order) against every invariant of SPEC.md's log section.
 pub fn check(events: &[SessionEvent]) -> Result<CheckReport, Violation> {
-    let mut pass = Pass::default();
-    for index in 0..events.len() {
-        pass.event(events, index)?;
+    let mut pass = StreamCheck::default();
+    for event in events {
+        pass.push(event).map_err(|v| explain(events, v))?;
     }
-    pass.close_step(events)?;
-    Ok(pass.report)
+    pass.finish().map_err(|v| explain(events, v))
 }
 
 /// Checks the JSON Lines log at `path`: every line must be a whole event (a last line lacking
@@ -615,22 +676,16 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
     }
     // Would recovery leave a whole log? Then this is a crash's leftovers, not a violation.
     let mut tracker = Tracker::default();
-    for event in &events {
-        tracker.observe(event);
-    }
-    let (closings, recovery) = tracker.finish(Tail {
-        valid_len: 0,
-        torn_bytes: 0,
-        torn_line: None,
-        missing_newline: false,
-    });
-    events.extend(closings);
-    match check(&events) {
-        Ok(_) => Err(Violation::NeedsRecovery {
+    let recovered = events
+        .iter()
+        .try_for_each(|e| tracker.observe(e))
+        .and_then(|()| tracker.finish(Tail::CLEAN));
+    match recovered {
+        Ok((_, recovery)) => Err(Violation::NeedsRecovery {
             torn_line: torn.as_ref().map(|t| t.line),
             torn_bytes: torn.map_or(0, |t| total - t.offset),
             open_calls: recovery.closed_calls,
         }),
-        Err(after) => Err(strict.err().unwrap_or(after)),
+        Err(after) => Err(strict.err().unwrap_or_else(|| explain(&events, after))),
     }
 }

@@ -71,7 +71,9 @@ impl FileBackend {
     /// without gaps, and closes every call left without a result with a synthesized `ABORTED`
     /// result (in the call's step, pointing back at it), appended at the end. The repairs are synced before this returns, reported in the [`Recovery`]
     /// and as a `tracing` warning. A bad line that something whole follows is
-    /// [`SessionError::Corrupt`] naming it: the file is then left untouched.
+    /// [`SessionError::Corrupt`] naming it, and whole events that break an invariant of the
+    /// log (which no crash leaves) are [`SessionError::Invariant`] naming the first: in both
+    /// cases the file is left untouched.
     pub fn open(path: impl AsRef<Path>) -> Result<(FileBackend, Recovery), SessionError> {
         let path = path.as_ref().to_path_buf();
         let shown = path.display().to_string();
@@ -121,8 +123,16 @@ impl FileBackend {
                 .map_err(|e| SessionError::io(format!("syncing the directory of {shown}"), &e))?;
         }
         let mut tracker = Tracker::default();
-        let tail = recover::scan(&file, &shown, |e| tracker.observe(&e))?;
-        let (closings, recovery) = tracker.finish(tail);
+        let mut broken = None;
+        let tail = recover::scan(&file, &shown, |e| {
+            if broken.is_none() {
+                broken = tracker.observe(&e).err();
+            }
+        })?;
+        if let Some(violation) = broken {
+            return Err(violation.into());
+        }
+        let (closings, recovery) = tracker.finish(tail)?;
         let mut backend = FileBackend {
             file,
             path,

@@ -2,12 +2,12 @@
 //! open. Pure functions over the file's bytes, shared by [`crate::FileBackend::open`] (which
 //! then repairs the file) and [`crate::replay`] (which repairs only its in-memory view).
 
+use crate::check::{StreamCheck, Violation};
 use crate::error::SessionError;
 use crate::lines::for_each_line;
 use dsh_core::event::ToolResultData;
 use dsh_core::{ContentBlock, ErrorCode, EventBody, SessionEvent, ToolError};
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
 use std::io::Read;
 
 /// What opening an existing log found and repaired.
@@ -70,6 +70,16 @@ pub(crate) struct Tail {
     pub torn_line: Option<usize>,
     /// The last event has no newline after it.
     pub missing_newline: bool,
+}
+
+impl Tail {
+    /// Nothing to repair at the end of the file (or no file at all: events from memory).
+    pub const CLEAN: Tail = Tail {
+        valid_len: 0,
+        torn_bytes: 0,
+        torn_line: None,
+        missing_newline: false,
+    };
 }
 
 fn parse_line(line: &[u8]) -> Result<SessionEvent, String> {
@@ -235,49 +245,52 @@ pub(crate) fn aborted_result(call_id: &str) -> ToolResultData {
     }
 }
 
-/// Follows a log event by event to learn what recovery must append and where it resumes.
-#[derive(Debug, Default)]
+/// Follows a log event by event, checking every invariant as it goes ([`StreamCheck`]), to
+/// learn what recovery must append and where it resumes.
+///
+/// Recovery repairs only what a crash can leave: a torn tail and calls of the last step
+/// without a result. A log whose whole events break an invariant was not left so by a crash
+/// (or was edited since), and appending to it would only bury the fault, so the tracker
+/// refuses it: the first violation, as the streaming pass sees it.
+#[derive(Default)]
 pub(crate) struct Tracker {
+    check: StreamCheck,
     events: u64,
     max_step: u64,
-    /// Calls without a result yet: seq -> (step, call id).
-    open: BTreeMap<u64, (u64, String)>,
 }
 
 impl Tracker {
-    pub fn observe(&mut self, event: &SessionEvent) {
+    pub fn observe(&mut self, event: &SessionEvent) -> Result<(), Violation> {
         self.events += 1;
         self.max_step = self.max_step.max(event.step);
-        match &event.body {
-            EventBody::ToolCall(d) => {
-                self.open.insert(event.seq, (event.step, d.call_id.clone()));
-            }
-            EventBody::ToolResult {
-                source_event_seqs, ..
-            } => {
-                for seq in source_event_seqs {
-                    self.open.remove(seq);
-                }
-            }
-            EventBody::CodeDispatch(_) | EventBody::UserMessage(_) => {}
-        }
+        self.check.push(event)
     }
 
     /// The synthesized `ABORTED` results for every open call (in call order, seqs following
-    /// the log's last), and the recovery report.
-    pub fn finish(self, tail: Tail) -> (Vec<SessionEvent>, Recovery) {
+    /// the log's last), and the recovery report. The closings pass the same checks as the
+    /// events before them: a step that cannot take them (a `user/message` already follows its
+    /// open calls) is refused.
+    pub fn finish(mut self, tail: Tail) -> Result<(Vec<SessionEvent>, Recovery), Violation> {
         let mut seq = self.events + 1;
-        let mut closings = Vec::with_capacity(self.open.len());
-        let mut closed_calls = Vec::with_capacity(self.open.len());
-        for (call_seq, (step, call_id)) in self.open {
-            closings.push(SessionEvent {
+        let open: Vec<(u64, u64, String)> = self
+            .check
+            .open_calls()
+            .map(|(s, step, id)| (s, step, id.to_string()))
+            .collect();
+        let mut closings = Vec::with_capacity(open.len());
+        let mut closed_calls = Vec::with_capacity(open.len());
+        for (call_seq, step, call_id) in open {
+            let closing = SessionEvent {
                 seq,
                 step,
                 body: EventBody::result(aborted_result(&call_id), call_seq),
-            });
+            };
+            self.check.push(&closing)?;
+            closings.push(closing);
             closed_calls.push(call_id);
             seq += 1;
         }
+        self.check.finish()?;
         let recovery = Recovery {
             events_read: self.events,
             torn_bytes_cut: tail.torn_bytes,
@@ -287,7 +300,7 @@ impl Tracker {
             next_seq: seq,
             next_step: self.max_step + 1,
         };
-        (closings, recovery)
+        Ok((closings, recovery))
     }
 }
 
@@ -471,32 +484,16 @@ mod tests {
 
     #[test]
     fn the_tracker_closes_open_calls_in_their_own_step() {
-        use dsh_core::event::ToolCallData;
-        let call = |seq, step, id: &str| SessionEvent {
-            seq,
-            step,
-            body: EventBody::ToolCall(ToolCallData {
-                call_id: id.into(),
-                name: "t".into(),
-                arguments: Value::Null,
-                agent: "main".into(),
-                parent: None,
-            }),
-        };
         let mut t = Tracker::default();
-        t.observe(&call(1, 4, "a"));
-        t.observe(&call(2, 4, "b"));
+        t.observe(&call(1, 4, "a")).unwrap();
+        t.observe(&call(2, 4, "b")).unwrap();
         t.observe(&SessionEvent {
             seq: 3,
             step: 4,
             body: EventBody::result(aborted_result("a"), 1),
-        });
-        let (closings, rec) = t.finish(Tail {
-            valid_len: 0,
-            torn_bytes: 0,
-            torn_line: None,
-            missing_newline: false,
-        });
+        })
+        .unwrap();
+        let (closings, rec) = t.finish(Tail::CLEAN).unwrap();
         assert_eq!(rec.closed_calls, vec!["b".to_string()]);
         assert_eq!((rec.next_seq, rec.next_step), (5, 5));
         assert_eq!(closings.len(), 1);
@@ -513,5 +510,75 @@ mod tests {
         assert_eq!(surface_op, "append");
         assert_eq!(source_event_seqs, &vec![2]);
         assert_eq!(data.error.as_ref().unwrap().code, ErrorCode::Aborted);
+    }
+
+    fn call(seq: u64, step: u64, id: &str) -> SessionEvent {
+        SessionEvent {
+            seq,
+            step,
+            body: EventBody::ToolCall(dsh_core::event::ToolCallData {
+                call_id: id.into(),
+                name: "t".into(),
+                arguments: Value::Null,
+                agent: "main".into(),
+                parent: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_tracker_refuses_whole_events_that_break_an_invariant() {
+        // Found by the `recovery` fuzz target: a result naming its own seq, before a torn
+        // tail, was accepted, and the "recovered" log failed `dsh check`.
+        let mut t = Tracker::default();
+        t.observe(&call(1, 1, "a")).unwrap();
+        let err = t
+            .observe(&SessionEvent {
+                seq: 2,
+                step: 1,
+                body: EventBody::result(aborted_result("a"), 2),
+            })
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Violation::UnknownCall {
+                seq: 2,
+                call_seq: 2
+            }
+        );
+    }
+
+    #[test]
+    fn the_tracker_refuses_to_close_a_call_a_user_message_follows() {
+        let mut t = Tracker::default();
+        t.observe(&call(1, 1, "a")).unwrap();
+        t.observe(&user(2, 1)).unwrap();
+        let err = t.finish(Tail::CLEAN).unwrap_err();
+        assert_eq!(
+            err,
+            Violation::UserMessageBeforeResult {
+                seq: 2,
+                result_seq: 3,
+                step: 1
+            }
+        );
+    }
+
+    #[test]
+    fn the_tracker_refuses_a_call_an_earlier_step_left_open() {
+        let mut t = Tracker::default();
+        t.observe(&call(1, 1, "a")).unwrap();
+        let err = t.observe(&user(2, 2)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Violation::MissingResult {
+                    call_seq: 1,
+                    step: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -188,11 +188,17 @@ pub fn read_log(path: impl AsRef<Path>) -> Result<Vec<SessionEvent>, SessionErro
     let shown = path.display().to_string();
     let mut events = Vec::new();
     let mut tracker = Tracker::default();
+    let mut broken = None;
     let tail = recover::scan(open(path)?, &shown, |e| {
-        tracker.observe(&e);
+        if broken.is_none() {
+            broken = tracker.observe(&e).err();
+        }
         events.push(e);
     })?;
-    let (closings, recovery) = tracker.finish(tail);
+    if let Some(violation) = broken {
+        return Err(violation.into());
+    }
+    let (closings, recovery) = tracker.finish(tail)?;
     if recovery.repaired() {
         tracing::info!(
             log = %shown,

@@ -273,3 +273,43 @@ fn a_log_has_one_writer_at_a_time_and_must_be_a_regular_file() {
     assert!(dsh_session::FileBackend::open("/dev/null").is_err());
     assert!(dsh_session::FileBackend::open(dir.path()).is_err());
 }
+
+#[test]
+fn whole_events_that_break_an_invariant_are_refused_not_recovered() {
+    // The `recovery` fuzz target's finding: a result whose sourceEventSeqs names itself,
+    // then a torn tail. Recovery used to cut the tail, accept the rest and leave a log that
+    // `dsh check` rejects; appending to it would bury the fault under new steps.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut bytes = br#"{"seq":1,"step":1,"type":"tool/call","data":{"callId":"a","name":"read_file","arguments":{"path":"a"},"agent":"main","parent":null}}
+{"seq":2,"step":1,"type":"tool/result","data":{"callId":"a","message":[{"type":"text","text":"ok"}]},"surfaceOp":"append","sourceEventSeqs":[2]}
+"#
+    .to_vec();
+    bytes.extend_from_slice(br#"{"seq":3,"step":2,"type":"tool/ca"#);
+    write(&path, &bytes);
+    let err = FileBackend::open(&path).unwrap_err();
+    match &err {
+        SessionError::Invariant { seq, message } => {
+            assert_eq!(*seq, 2, "{err}");
+            assert!(message.contains("seq 2"), "{err}");
+        }
+        other => panic!("expected Invariant, got {other}"),
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the file is untouched"
+    );
+    let checked = dsh_session::check::check_file(&path);
+    assert!(
+        matches!(
+            checked,
+            Err(dsh_session::check::Violation::UnknownCall {
+                seq: 2,
+                call_seq: 2
+            })
+        ),
+        "{checked:?}"
+    );
+    assert!(dsh_session::replay::read_log(&path).is_err());
+}
