@@ -26,6 +26,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("edit", edit),
     ("path", path),
     ("recovery", recovery),
+    ("log_events", log_events),
 ];
 
 /// The transcript parsers: any line parses or is refused, never panics; a parsed message
@@ -157,5 +158,136 @@ pub fn recovery(data: &[u8]) {
             checked.is_ok(),
             "a recovered log breaks an invariant: {checked:?}"
         );
+    }
+}
+
+/// Builds a log from `data`, two bytes per event (what the event is, which call or step it
+/// names), so the fuzzer explores the checker's and recovery's logic on well-formed JSON
+/// rather than on the JSON parser: calls, results naming any seq with the right or a wrong
+/// call id, user messages, code dispatches, steps moving on or back. Then:
+///
+/// - [`dsh_session::check::check`] answers without panicking, and `dsh check` on the file
+///   agrees with it (the same violation, or "needs recovery" when recovery can mend it);
+/// - opening the file (recovery) either refuses it or leaves a log that passes the checker,
+///   and a log that passed is opened untouched;
+/// - the same holds with the file's last bytes cut off, as a crash would leave it.
+pub fn log_events(data: &[u8]) {
+    use dsh_core::event::{CodeDispatchData, ToolCallData, ToolResultData, UserMessageData};
+    use dsh_core::{ContentBlock, EventBody, SessionEvent};
+    use dsh_session::check::{Violation, check, check_file};
+
+    let ids = ["a", "b", "c"];
+    let mut events: Vec<SessionEvent> = Vec::new();
+    let mut step = 1u64;
+    let cut = usize::from(data.first().copied().unwrap_or_default());
+    for pair in data.chunks_exact(2).take(64) {
+        let (op, arg) = (pair[0], pair[1]);
+        let seq = events.len() as u64 + 1;
+        let id = ids[usize::from(arg) % ids.len()].to_string();
+        let body = match op % 8 {
+            0 | 1 => EventBody::ToolCall(ToolCallData {
+                call_id: id,
+                name: "t".into(),
+                arguments: serde_json::Value::Null,
+                agent: "main".into(),
+                parent: None,
+            }),
+            2 | 3 => {
+                // Mostly a seq before this one; sometimes itself or later.
+                let named = u64::from(arg >> 2) % (seq + 1) + 1;
+                let call_id = match events.get(named as usize - 1).map(|e| &e.body) {
+                    Some(EventBody::ToolCall(c)) if op & 0x10 == 0 => c.call_id.clone(),
+                    _ => id,
+                };
+                let result = ToolResultData {
+                    call_id,
+                    message: vec![ContentBlock::text("ok")],
+                    error: None,
+                    meta: None,
+                };
+                let mut body = EventBody::result(result, named);
+                if let EventBody::ToolResult {
+                    surface_op,
+                    source_event_seqs,
+                    ..
+                } = &mut body
+                {
+                    if op & 0x20 != 0 && op & 0x40 != 0 {
+                        *surface_op = "replace".into();
+                    }
+                    if op & 0x80 != 0 && op & 0x40 != 0 {
+                        source_event_seqs.push(named);
+                    }
+                }
+                body
+            }
+            4 => EventBody::UserMessage(UserMessageData {
+                content: "x".into(),
+                origin: "fuzz".into(),
+            }),
+            5 => EventBody::CodeDispatch(CodeDispatchData {
+                call_id: format!("{id}.1"),
+                parent_call_id: id,
+                name: "t".into(),
+                arguments: serde_json::Value::Null,
+                message: vec![ContentBlock::text("ok")],
+                error: None,
+            }),
+            6 => {
+                step += 1 + u64::from(arg % 2);
+                continue;
+            }
+            _ => {
+                step = step.saturating_sub(1).max(1);
+                continue;
+            }
+        };
+        events.push(SessionEvent { seq, step, body });
+    }
+
+    let strict = check(&events);
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("log.jsonl");
+    let mut bytes = Vec::new();
+    for e in &events {
+        bytes.extend_from_slice(e.to_json_line().as_bytes());
+        bytes.push(b'\n');
+    }
+    std::fs::write(&file, &bytes).expect("writing the log");
+    match (&strict, check_file(&file)) {
+        (Ok(a), Ok(b)) => assert_eq!(a, &b, "check and check_file count differently"),
+        (Err(a), Err(b)) => assert!(
+            a == &b || matches!(b, Violation::NeedsRecovery { .. }),
+            "check says {a}, check_file says {b}"
+        ),
+        (a, b) => panic!("check says {a:?}, check_file says {b:?}"),
+    }
+    reopen_and_check(&file, strict.is_ok());
+
+    // A crash's leftovers: the same log with its last bytes cut off.
+    if !bytes.is_empty() {
+        let keep = bytes.len() - cut % bytes.len().min(200);
+        std::fs::write(&file, &bytes[..keep]).expect("writing the cut log");
+        reopen_and_check(&file, false);
+    }
+}
+
+/// Opens (recovers) the log at `file`: refused, or a log that passes the checker; `whole`
+/// logs are opened without a repair.
+fn reopen_and_check(file: &Path, whole: bool) {
+    match dsh_session::FileBackend::open(file) {
+        Ok((backend, recovery)) => {
+            drop(backend);
+            assert!(
+                !(whole && recovery.repaired()),
+                "a log that passed the checker was repaired: {recovery:?}"
+            );
+            let checked = dsh_session::check::check_file(file);
+            assert!(
+                checked.is_ok(),
+                "a recovered log breaks an invariant: {checked:?}"
+            );
+        }
+        Err(e) => assert!(!whole, "a log that passed the checker was refused: {e}"),
     }
 }
