@@ -123,7 +123,7 @@ impl Telemetry {
     }
 
     #[cfg(not(feature = "otlp"))]
-    fn layer<S>(&self) -> Option<tracing_subscriber::layer::Identity> {
+    fn layer(&self) -> Option<tracing_subscriber::layer::Identity> {
         None
     }
 
