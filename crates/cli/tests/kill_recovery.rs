@@ -197,6 +197,7 @@ fn trials(n: usize) {
     eprintln!("kill trials with DSH_KILL_SEED={seed}");
     let full = full_log_size();
     let interrupted = (0..n).filter(|&trial| one_trial(seed, trial, full)).count();
+    eprintln!("{interrupted} of {n} kills landed mid-run (seed {seed})");
     // Otherwise the test proved nothing: the kills must land while dsh is working.
     assert!(
         interrupted * 2 >= n,
