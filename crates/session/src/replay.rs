@@ -182,7 +182,9 @@ fn open(path: &Path) -> Result<std::fs::File, SessionError> {
 /// The events of the log at `path` as opening it would leave them, without changing the file:
 /// a torn last line is left out, and every call without a result is followed (at the end) by
 /// the `ABORTED` result recovery would append. A bad line elsewhere is
-/// [`SessionError::Corrupt`]. A file that does not exist is an error, not an empty log.
+/// [`SessionError::Corrupt`], and whole events that break an invariant are
+/// [`SessionError::Invariant`], as opening the log would find. A file that does not exist is
+/// an error, not an empty log.
 pub fn read_log(path: impl AsRef<Path>) -> Result<Vec<SessionEvent>, SessionError> {
     let path = path.as_ref();
     let shown = path.display().to_string();
@@ -216,9 +218,19 @@ pub fn read_log(path: impl AsRef<Path>) -> Result<Vec<SessionEvent>, SessionErro
 pub fn replay_file(path: impl AsRef<Path>) -> Result<Transcript, SessionError> {
     let path = path.as_ref();
     let mut builder = TranscriptBuilder::new();
+    // The same checks as opening the log: what recovery would refuse is refused here too.
+    let mut tracker = Tracker::default();
+    let mut broken = None;
     recover::scan(open(path)?, &path.display().to_string(), |e| {
+        if broken.is_none() {
+            broken = tracker.observe(&e).err();
+        }
         builder.push(e)
     })?;
+    if let Some(violation) = broken {
+        return Err(violation.into());
+    }
+    tracker.finish(recover::Tail::CLEAN)?;
     builder.close_open_calls();
     Ok(builder.finish())
 }

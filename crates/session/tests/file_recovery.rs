@@ -312,4 +312,5 @@ fn whole_events_that_break_an_invariant_are_refused_not_recovered() {
         "{checked:?}"
     );
     assert!(dsh_session::replay::read_log(&path).is_err());
+    assert!(dsh_session::replay::replay_file(&path).is_err());
 }
