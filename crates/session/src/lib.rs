@@ -29,6 +29,7 @@ mod inbox;
 mod lines;
 mod log;
 mod memory;
+mod parallel_replay;
 mod recover;
 pub mod replay;
 mod writer;

@@ -38,6 +38,7 @@
 //! ```
 
 use crate::error::SessionError;
+use crate::parallel_replay;
 use crate::recover::{self, Tracker};
 use dsh_core::transcript::{Transcript, TranscriptCall, TranscriptResult, TranscriptStep};
 use dsh_core::{EventBody, SessionEvent};
@@ -215,8 +216,22 @@ pub fn read_log(path: impl AsRef<Path>) -> Result<Vec<SessionEvent>, SessionErro
 
 /// `rebuild(&read_log(path)?)`, without holding the events: the transcript of the log at
 /// `path` as a resumed session would see it.
+///
+/// A large log that is clean (every line a whole event, nothing to recover but calls left
+/// open) is parsed on two threads; anything else is read on this one, which names what is
+/// wrong exactly as [`read_log`] does.
 pub fn replay_file(path: impl AsRef<Path>) -> Result<Transcript, SessionError> {
     let path = path.as_ref();
+    let parallel = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    if parallel {
+        let file = open(path)?;
+        let large = file
+            .metadata()
+            .is_ok_and(|m| m.len() >= parallel_replay::MIN_PARALLEL);
+        if large && let Some(transcript) = parallel_replay::replay(&file, parallel_replay::CHUNK) {
+            return Ok(transcript);
+        }
+    }
     let mut builder = TranscriptBuilder::new();
     // The same checks as opening the log: what recovery would refuse is refused here too.
     let mut tracker = Tracker::default();
