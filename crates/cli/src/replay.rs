@@ -9,8 +9,8 @@ use std::path::Path;
 
 /// Prints the transcript rebuilt from the log, step by step, in `format`.
 pub fn replay(log: &Path, format: Format, out: &mut JsonLines) -> Result<u8, CliError> {
-    let events = dsh_session::replay::read_log(log).map_err(|e| CliError::log(log, e))?;
-    let transcript = dsh_session::replay::rebuild(&events);
+    // Streams the log (two threads on a large one) instead of holding its events.
+    let transcript = dsh_session::replay::replay_file(log).map_err(|e| CliError::log(log, e))?;
     for step in &transcript.steps {
         out.print(&render_step(format, step))?;
     }
