@@ -160,16 +160,31 @@ fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
     }
 }
 
-/// A harness with one handler at every hook point and one guard.
+/// A harness with one handler at every hook point and one guard that never blocks.
 async fn full_harness() -> Harness {
+    full_harness_with(GuardKind::NonBlocking).await
+}
+
+/// Whether the bench's guard says it may block (so it runs on tokio's blocking pool).
+#[derive(Clone, Copy)]
+enum GuardKind {
+    NonBlocking,
+    MayBlock,
+}
+
+async fn full_harness_with(guard: GuardKind) -> Harness {
     let registry = Arc::new(ToolRegistry::new());
     must(registry.register(Noop), "register");
-    pass_through_harness(registry, Hooks::new()).await
+    pass_through_harness(registry, Hooks::new(), guard).await
 }
 
 /// A harness over `registry` with `hooks` plus one pass-through handler at every hook point
 /// and one guard that abstains.
-async fn pass_through_harness(registry: Arc<ToolRegistry>, mut hooks: Hooks) -> Harness {
+async fn pass_through_harness(
+    registry: Arc<ToolRegistry>,
+    mut hooks: Hooks,
+    guard: GuardKind,
+) -> Harness {
     hooks.pre_execute(PassPre);
     hooks.around(PassAround);
     hooks.post_execute(PassPost);
@@ -182,7 +197,13 @@ async fn pass_through_harness(registry: Arc<ToolRegistry>, mut hooks: Hooks) -> 
         harness
             .pipeline()
             .guards()
-            .register(FnGuard::new("pass", |_c: &GuardCall| GuardVerdict::Abstain))
+            .register({
+                let pass: fn(&GuardCall) -> GuardVerdict = |_c| GuardVerdict::Abstain;
+                match guard {
+                    GuardKind::NonBlocking => FnGuard::non_blocking("pass", pass),
+                    GuardKind::MayBlock => FnGuard::new("pass", pass),
+                }
+            })
             .await,
         "guard",
     );
@@ -203,44 +224,73 @@ fn noop_step(id: &str) -> StepRequest {
     StepRequest::new(vec![ToolCall::new(id, "noop", json!({}))])
 }
 
-fn overhead() {
-    let rt = runtime();
-    rt.block_on(async {
-        let harness = full_harness().await;
-        let session = session(&harness, 10).await;
-        for i in 0..2_000 {
-            must(session.run_step(noop_step(&format!("w{i}"))).await, "step");
-        }
-        let mut samples = Vec::with_capacity(20_000);
-        for i in 0..20_000 {
-            let t = Instant::now();
-            must(session.run_step(noop_step(&format!("c{i}"))).await, "step");
+/// `STEPS` one-call steps through `session` after a warm-up, each step's latency in µs.
+async fn step_latencies(session: &Session, tag: &str) -> Vec<f64> {
+    const WARM_UP: usize = 2_000;
+    const STEPS: usize = 20_000;
+    let mut samples = Vec::with_capacity(STEPS);
+    for i in 0..WARM_UP + STEPS {
+        let t = Instant::now();
+        must(
+            session.run_step(noop_step(&format!("{tag}{i}"))).await,
+            "step",
+        );
+        if i >= WARM_UP {
             samples.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        // The floor: the same body, run by a bare tokio::spawn.
-        let mut floor = Vec::with_capacity(20_000);
-        for _ in 0..20_000 {
-            let t = Instant::now();
-            let body =
-                tokio::spawn(async { Noop.execute(json!({}), ToolContext::detached("f")).await });
-            let _ = body.await;
-            floor.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        let p50 = quantile(&mut samples, 0.5);
-        let p99 = quantile(&mut samples, 0.99);
-        let floor_p50 = quantile(&mut floor, 0.5);
-        emit("pipeline/overhead", "p50_us", p50, "us");
-        emit("pipeline/overhead", "p99_us", p99, "us");
-        emit("pipeline/overhead", "floor_p50_us", floor_p50, "us");
-        emit(
-            "pipeline/overhead",
-            "ratio_to_floor",
-            p50 / floor_p50,
-            "ratio",
-        );
+    }
+    samples
+}
+
+/// The latencies of `harness`'s steps, from a task on the runtime (how a service calls the
+/// harness), and the floor: the same body run by a bare `tokio::spawn` from that task.
+async fn overhead_from_a_task(guard: GuardKind) -> (Vec<f64>, Vec<f64>) {
+    let harness = full_harness_with(guard).await;
+    let session = session(&harness, 10).await;
+    let samples = step_latencies(&session, "c").await;
+    let mut floor = Vec::with_capacity(samples.len());
+    for _ in 0..samples.len() {
+        let t = Instant::now();
+        let body =
+            tokio::spawn(async { Noop.execute(json!({}), ToolContext::detached("f")).await });
+        let _ = body.await;
+        floor.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    session.shutdown().await;
+    harness.shutdown().await;
+    (samples, floor)
+}
+
+fn overhead() {
+    let rt = runtime();
+    let b = "pipeline/overhead";
+    let (mut samples, mut floor) = must(
+        rt.block_on(rt.spawn(overhead_from_a_task(GuardKind::NonBlocking))),
+        "bench task",
+    );
+    let (mut pooled, _) = must(
+        rt.block_on(rt.spawn(overhead_from_a_task(GuardKind::MayBlock))),
+        "bench task",
+    );
+    // The same steps awaited by `block_on` on a thread outside the runtime (a
+    // `#[tokio::main]` body): every step then also wakes that thread.
+    let mut outside = rt.block_on(async {
+        let harness = full_harness().await;
+        let session = session(&harness, 10).await;
+        let samples = step_latencies(&session, "o").await;
         session.shutdown().await;
         harness.shutdown().await;
+        samples
     });
+    let p50 = quantile(&mut samples, 0.5);
+    let floor_p50 = quantile(&mut floor, 0.5);
+    emit(b, "p50_us", p50, "us");
+    emit(b, "p99_us", quantile(&mut samples, 0.99), "us");
+    emit(b, "floor_p50_us", floor_p50, "us");
+    emit(b, "ratio_to_floor", p50 / floor_p50, "ratio");
+    emit(b, "blocking_guard_p50_us", quantile(&mut pooled, 0.5), "us");
+    emit(b, "block_on_p50_us", quantile(&mut outside, 0.5), "us");
+    emit(b, "block_on_p99_us", quantile(&mut outside, 0.99), "us");
 }
 
 fn throughput() {
@@ -415,7 +465,10 @@ async fn soak_harness(root: &std::path::Path) -> (Harness, dsh_tool_fs::FsToolse
     must(toolset.register(&registry), "register the file tools");
     let mut hooks = Hooks::new();
     hooks.pre_execute_arc(toolset.sandbox());
-    (pass_through_harness(registry, hooks).await, toolset)
+    (
+        pass_through_harness(registry, hooks, GuardKind::NonBlocking).await,
+        toolset,
+    )
 }
 
 /// The calls of soak step `step` (1-based), about ten a step: reads, greps, listings and

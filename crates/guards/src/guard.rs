@@ -52,29 +52,66 @@ pub trait Guard: Send + Sync + 'static {
     fn id(&self) -> &str;
     /// Looks at one call.
     fn check(&self, call: &GuardCall) -> GuardVerdict;
+    /// Whether [`Guard::check`] may block: do I/O, wait on a lock or a channel, or compute for
+    /// long. `true` unless overridden, the safe answer: a snapshot holding such a guard is
+    /// evaluated on tokio's blocking pool, so it never stalls an async worker, and the
+    /// evaluation timeout can deny while it is still running.
+    ///
+    /// A guard that only inspects the call (matches a tool name, a path, an argument) should
+    /// answer `false`: a snapshot of such guards is evaluated in the calling task, which
+    /// saves the two thread handoffs of the pool (tens of microseconds a call). If it blocks
+    /// anyway it holds a worker meanwhile, and an evaluation that took longer than the
+    /// timeout is still a denial once it returns.
+    fn may_block(&self) -> bool {
+        true
+    }
 }
 
 /// A guard made of a closure.
+///
+/// [`FnGuard::new`] may block (it runs on the blocking pool); [`FnGuard::non_blocking`] is
+/// for a closure that only inspects the call, and runs in the calling task.
 ///
 /// ```
 /// use dsh_guards::{FnGuard, Guard, GuardCall, GuardVerdict};
 /// let g = FnGuard::new("abstain", |_c: &GuardCall| GuardVerdict::Abstain);
 /// assert_eq!(g.id(), "abstain");
+/// assert!(g.may_block());
+/// let quick = FnGuard::non_blocking("no-rm", |c: &GuardCall| {
+///     if c.arguments["command"].as_str().is_some_and(|s| s.contains("rm -rf")) {
+///         GuardVerdict::Deny("no rm -rf".into())
+///     } else {
+///         GuardVerdict::Abstain
+///     }
+/// });
+/// assert!(!quick.may_block());
 /// ```
 pub struct FnGuard<F> {
     id: String,
     check: F,
+    may_block: bool,
 }
 
 impl<F> FnGuard<F>
 where
     F: Fn(&GuardCall) -> GuardVerdict + Send + Sync + 'static,
 {
-    /// A guard with this id and check.
+    /// A guard with this id and check, which may block (see [`Guard::may_block`]).
     pub fn new(id: impl Into<String>, check: F) -> Self {
         FnGuard {
             id: id.into(),
             check,
+            may_block: true,
+        }
+    }
+
+    /// A guard whose check never blocks (see [`Guard::may_block`]): it runs in the task that
+    /// evaluates the call.
+    pub fn non_blocking(id: impl Into<String>, check: F) -> Self {
+        FnGuard {
+            id: id.into(),
+            check,
+            may_block: false,
         }
     }
 }
@@ -95,5 +132,9 @@ where
 
     fn check(&self, call: &GuardCall) -> GuardVerdict {
         (self.check)(call)
+    }
+
+    fn may_block(&self) -> bool {
+        self.may_block
     }
 }

@@ -8,9 +8,11 @@
 //!   publishes an immutable [`GuardSnapshot`] (an `Arc` of the guard list, swapped whole).
 //! - **Evaluation does not run in the actor.** [`GuardSet::evaluate`] asks the actor for the
 //!   current snapshot (one short round trip: this is also the liveness check) and then runs the
-//!   guards itself, on tokio's blocking pool, because [`Guard::check`] is synchronous and may
-//!   block. A slow guard therefore delays only the call it is checking: other calls, and
-//!   registrations, are answered meanwhile.
+//!   guards itself. [`Guard::check`] is synchronous and may block, so a snapshot holding a
+//!   guard that may ([`Guard::may_block`], true unless a guard says otherwise) runs on tokio's
+//!   blocking pool: a slow guard delays only the call it is checking, and other calls and
+//!   registrations are answered meanwhile. A snapshot of guards that never block runs in the
+//!   calling task, without the pool's two thread handoffs.
 //! - The **supervisor** restarts the actor when it dies. The guards live in a store shared by
 //!   the actor and its supervisor, so a restarted actor keeps them.
 //!
@@ -42,6 +44,8 @@ use std::time::Duration;
 #[derive(Clone, Default)]
 pub struct GuardSnapshot {
     guards: Arc<[Arc<dyn Guard>]>,
+    /// Some guard may block ([`Guard::may_block`]): evaluate on the blocking pool.
+    may_block: bool,
 }
 
 impl fmt::Debug for GuardSnapshot {
@@ -68,6 +72,13 @@ impl GuardSnapshot {
         self.guards.is_empty()
     }
 
+    /// True when some guard may block ([`Guard::may_block`]), so that
+    /// [`GuardSnapshot::evaluate`] runs the guards on tokio's blocking pool rather than in the
+    /// calling task.
+    pub fn may_block(&self) -> bool {
+        self.may_block
+    }
+
     /// Asks every guard, in order, on the calling thread; the first denial wins, and a guard
     /// that panics is a denial. This blocks for as long as the guards take: from async code,
     /// use [`GuardSnapshot::evaluate`].
@@ -90,12 +101,17 @@ impl GuardSnapshot {
         GuardVerdict::Abstain
     }
 
-    /// Runs [`GuardSnapshot::check`] on tokio's blocking pool, so a slow guard holds up only
-    /// this call and never an async worker. An empty snapshot answers at once. Dropping the
-    /// future stops waiting (a guard already running finishes on its own thread, unheard).
+    /// Runs [`GuardSnapshot::check`] on tokio's blocking pool when some guard may block, so a
+    /// slow guard holds up only this call and never an async worker; a snapshot of guards that
+    /// never block is checked right here, in the calling task. An empty snapshot answers at
+    /// once. Dropping the future stops waiting (a guard already running on the pool finishes
+    /// on its own thread, unheard).
     pub async fn evaluate(&self, call: GuardCall) -> GuardVerdict {
         if self.is_empty() {
             return GuardVerdict::Abstain;
+        }
+        if !self.may_block {
+            return self.check(&call);
         }
         let snapshot = self.clone();
         let call_id = call.call_id.clone();
@@ -132,6 +148,7 @@ impl Registry {
     fn publish(&mut self) {
         self.snapshot = GuardSnapshot {
             guards: self.entries.iter().map(|e| e.guard.clone()).collect(),
+            may_block: self.entries.iter().any(|e| e.guard.may_block()),
         };
     }
 }
@@ -632,6 +649,22 @@ impl GuardSet {
             return snapshot.evaluate(call).await;
         };
         let call_id = call.call_id.clone();
+        if !snapshot.may_block() {
+            // Nothing can interrupt a check running in this task; a guard that said it never
+            // blocks and took longer than the limit anyway is denied once it returns, as the
+            // timeout would have.
+            let started = std::time::Instant::now();
+            let verdict = snapshot.check(&call);
+            let took = started.elapsed();
+            if took <= limit {
+                return verdict;
+            }
+            tracing::warn!(call_id = %call_id, limit_ms = limit.as_millis() as u64, took_ms = took.as_millis() as u64, guards = ?snapshot, "non-blocking guards took longer than the limit; denying");
+            return GuardVerdict::Deny(format!(
+                "the guards did not answer within {} ms; denied to be safe",
+                limit.as_millis()
+            ));
+        }
         match tokio::time::timeout(limit, snapshot.evaluate(call)).await {
             Ok(verdict) => verdict,
             Err(_) => {

@@ -215,3 +215,75 @@ async fn an_evaluation_sees_every_change_made_before_it() {
     );
     set.shutdown().await;
 }
+
+type Seen = std::sync::Arc<Mutex<Vec<(&'static str, std::thread::ThreadId)>>>;
+type BoxedCheck = Box<dyn Fn(&GuardCall) -> GuardVerdict + Send + Sync>;
+
+/// A guard that abstains and records the thread its check ran on.
+fn recording(id: &'static str, blocking: bool, seen: &Seen) -> FnGuard<BoxedCheck> {
+    let seen = seen.clone();
+    let check: BoxedCheck = Box::new(move |_c: &GuardCall| {
+        seen.lock().unwrap().push((id, std::thread::current().id()));
+        GuardVerdict::Abstain
+    });
+    if blocking {
+        FnGuard::new(id, check)
+    } else {
+        FnGuard::non_blocking(id, check)
+    }
+}
+
+// A current-thread runtime: "in the calling task" is then this test's thread.
+#[tokio::test]
+async fn guards_that_never_block_run_in_the_calling_task_and_one_that_may_moves_all_to_the_pool() {
+    let set = GuardSet::spawn(None).await.unwrap();
+    let seen: Seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let here = std::thread::current().id();
+    let _quick = set
+        .register(recording("quick", false, &seen))
+        .await
+        .unwrap();
+    let verdict = set.evaluate(GuardCall::new("c1", "t", json!({}))).await;
+    assert_eq!(verdict, GuardVerdict::Abstain);
+    assert_eq!(*seen.lock().unwrap(), vec![("quick", here)]);
+    assert!(!set.snapshot().await.unwrap().may_block());
+
+    seen.lock().unwrap().clear();
+    let _slow = set
+        .register(recording("may-block", true, &seen))
+        .await
+        .unwrap();
+    assert!(set.snapshot().await.unwrap().may_block());
+    let verdict = set.evaluate(GuardCall::new("c2", "t", json!({}))).await;
+    assert_eq!(verdict, GuardVerdict::Abstain);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, t)| *t != here),
+        "with a guard that may block, the whole snapshot runs on the pool: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_non_blocking_guard_that_overruns_the_limit_is_denied_once_it_returns() {
+    let set = GuardSet::spawn(None)
+        .await
+        .unwrap()
+        .with_evaluation_timeout(Duration::from_millis(20));
+    let _owner = set
+        .register(FnGuard::non_blocking("liar", |c: &GuardCall| {
+            if c.tool == "slow" {
+                std::thread::sleep(Duration::from_millis(60));
+            }
+            GuardVerdict::Abstain
+        }))
+        .await
+        .unwrap();
+    let verdict = set.evaluate(GuardCall::new("c1", "slow", json!({}))).await;
+    match verdict {
+        GuardVerdict::Deny(reason) => assert!(reason.contains("20 ms"), "{reason}"),
+        GuardVerdict::Abstain => panic!("an overrun must deny"),
+    }
+    let quick = set.evaluate(GuardCall::new("c2", "fast", json!({}))).await;
+    assert_eq!(quick, GuardVerdict::Abstain);
+}
