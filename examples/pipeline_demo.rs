@@ -96,7 +96,7 @@ async fn main() {
     let _owner = harness
         .pipeline()
         .guards()
-        .register(FnGuard::new("no-etc", |call: &GuardCall| {
+        .register(FnGuard::non_blocking("no-etc", |call: &GuardCall| {
             match call.arguments.get("path").and_then(Value::as_str) {
                 Some(p) if p.starts_with("/etc") => GuardVerdict::Deny("/etc is off limits".into()),
                 _ => GuardVerdict::Abstain,

@@ -16,7 +16,8 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let guards = GuardSet::spawn(None).await.unwrap();
 //! let owner = guards
-//!     .register(FnGuard::new("no-rm", |call: &GuardCall| {
+//!     // It only looks at the call, so it runs in the evaluating task (`Guard::may_block`).
+//!     .register(FnGuard::non_blocking("no-rm", |call: &GuardCall| {
 //!         if call.tool == "rm" { GuardVerdict::Deny("never".into()) } else { GuardVerdict::Abstain }
 //!     }))
 //!     .await
