@@ -96,12 +96,13 @@ async fn main() {
     let _owner = harness
         .pipeline()
         .guards()
-        .register(FnGuard::non_blocking("no-etc", |call: &GuardCall| {
-            match call.arguments.get("path").and_then(Value::as_str) {
+        .register(FnGuard::non_blocking(
+            "no-etc",
+            |call: &GuardCall| match call.arguments.get("path").and_then(Value::as_str) {
                 Some(p) if p.starts_with("/etc") => GuardVerdict::Deny("/etc is off limits".into()),
                 _ => GuardVerdict::Abstain,
-            }
-        }))
+            },
+        ))
         .await
         .unwrap();
 

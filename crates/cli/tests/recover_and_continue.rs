@@ -284,3 +284,49 @@ fn recover_refuses_a_log_corrupt_in_the_middle_and_a_missing_one() {
     );
     assert!(!missing.exists(), "recover creates no log");
 }
+
+#[test]
+fn a_log_whose_whole_events_break_an_invariant_is_refused_everywhere_and_left_as_it_was() {
+    // Not what a crash leaves: a result naming the wrong call, in the middle of the log, then
+    // a torn tail. Continuing it would bury the fault under new steps.
+    let dir = tempfile::tempdir().unwrap();
+    let (log, bytes, _, _, _) = crashed_log(dir.path());
+    let text = String::from_utf8(bytes).unwrap();
+    let broken = text.replacen(r#""sourceEventSeqs":[1]"#, r#""sourceEventSeqs":[2]"#, 1);
+    assert_ne!(broken, text, "the example's first result answers seq 1");
+    let broken = format!("{broken}{{\"seq\":99,\"st");
+    std::fs::write(&log, &broken).unwrap();
+    let ws = dir.path().join("workspace");
+    let again = transcript(dir.path(), "again.jsonl", &[AGAIN]);
+
+    let ran = run(&again, &ws, &log, &[]);
+    let recovered = recover(&log);
+    let replayed = replay(&log, "openai");
+    for (what, out) in [
+        ("run", &ran),
+        ("recover", &recovered),
+        ("replay", &replayed),
+    ] {
+        assert_eq!(out.code, 3, "dsh {what}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("invariant violated at seq "),
+            "dsh {what} names the violation: {}",
+            out.stderr
+        );
+        assert_eq!(out.stdout, "", "dsh {what} printed nothing");
+    }
+    let checked = check(&log);
+    assert_eq!(checked.code, 1, "{}", checked.stderr);
+    assert!(
+        checked
+            .stderr
+            .contains("tool/result has callId `call_01` but its tool/call (seq 2) has `call_02`"),
+        "{}",
+        checked.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        broken,
+        "the log is untouched"
+    );
+}

@@ -356,10 +356,14 @@ impl std::error::Error for Violation {}
 
 impl From<Violation> for SessionError {
     fn from(v: Violation) -> SessionError {
-        SessionError::Invariant {
-            seq: v.seq().unwrap_or(0),
-            message: v.to_string(),
-        }
+        let seq = v.seq().unwrap_or(0);
+        let message = v.to_string();
+        // The error names the seq itself.
+        let message = match message.strip_prefix(&format!("seq {seq}: ")) {
+            Some(rest) => rest.to_string(),
+            None => message,
+        };
+        SessionError::Invariant { seq, message }
     }
 }
 

@@ -400,8 +400,14 @@ fn a_violation_converts_to_the_invariant_error() {
         e,
         SessionError::Invariant {
             seq: 1,
-            message: v.to_string()
+            message: "tool/call `a` has no tool/result in step 1".into()
         }
+    );
+    // The seq is named once.
+    assert_eq!(
+        e.to_string(),
+        format!("invariant violated at {v}"),
+        "the error reads as the violation"
     );
 }
 
