@@ -287,14 +287,23 @@ fn recover_refuses_a_log_corrupt_in_the_middle_and_a_missing_one() {
 
 #[test]
 fn a_log_whose_whole_events_break_an_invariant_is_refused_everywhere_and_left_as_it_was() {
-    // Not what a crash leaves: a result naming the wrong call, in the middle of the log, then
-    // a torn tail. Continuing it would bury the fault under new steps.
+    // Not what a crash leaves: a result in the middle of the log naming its own seq, then a
+    // torn tail. Continuing it would bury the fault under new steps.
     let dir = tempfile::tempdir().unwrap();
     let (log, bytes, _, _, _) = crashed_log(dir.path());
-    let text = String::from_utf8(bytes).unwrap();
-    let broken = text.replacen(r#""sourceEventSeqs":[1]"#, r#""sourceEventSeqs":[2]"#, 1);
-    assert_ne!(broken, text, "the example's first result answers seq 1");
-    let broken = format!("{broken}{{\"seq\":99,\"st");
+    let mut lines: Vec<serde_json::Value> = String::from_utf8(bytes)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let result = lines
+        .iter_mut()
+        .find(|e| e["type"] == "tool/result")
+        .unwrap();
+    let own = result["seq"].as_u64().unwrap();
+    result["sourceEventSeqs"] = serde_json::json!([own]);
+    let mut broken: String = lines.iter().map(|e| format!("{e}\n")).collect();
+    broken.push_str("{\"seq\":99,\"st");
     std::fs::write(&log, &broken).unwrap();
     let ws = dir.path().join("workspace");
     let again = transcript(dir.path(), "again.jsonl", &[AGAIN]);
@@ -318,9 +327,9 @@ fn a_log_whose_whole_events_break_an_invariant_is_refused_everywhere_and_left_as
     let checked = check(&log);
     assert_eq!(checked.code, 1, "{}", checked.stderr);
     assert!(
-        checked
-            .stderr
-            .contains("tool/result has callId `call_01` but its tool/call (seq 2) has `call_02`"),
+        checked.stderr.contains(&format!(
+            "seq {own}: tool/result names seq {own}, which is not a tool/call"
+        )),
         "{}",
         checked.stderr
     );

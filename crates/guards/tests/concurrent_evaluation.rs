@@ -158,16 +158,26 @@ async fn an_evaluation_limit_denies_only_the_slow_call() {
 
 #[tokio::test]
 async fn a_panicking_guard_denies_its_call_and_the_set_keeps_serving() {
+    // On the blocking pool, and in the calling task.
+    for may_block in [true, false] {
+        panicking_guard_denies_its_call(may_block).await;
+    }
+}
+
+async fn panicking_guard_denies_its_call(may_block: bool) {
     let set = GuardSet::spawn(None).await.unwrap();
-    let _owner = set
-        .register(FnGuard::new("fragile", |c: &GuardCall| {
-            if c.arguments.get("boom").is_some() {
-                panic!("guard exploded")
-            }
-            GuardVerdict::Abstain
-        }))
-        .await
-        .unwrap();
+    let fragile: fn(&GuardCall) -> GuardVerdict = |c| {
+        if c.arguments.get("boom").is_some() {
+            panic!("guard exploded")
+        }
+        GuardVerdict::Abstain
+    };
+    let guard = if may_block {
+        FnGuard::new("fragile", fragile)
+    } else {
+        FnGuard::non_blocking("fragile", fragile)
+    };
+    let _owner = set.register(guard).await.unwrap();
     let verdict = set
         .evaluate(GuardCall::new("c1", "ls", json!({"boom": true})))
         .await;
