@@ -135,6 +135,14 @@ pub const DEFAULT_EVALUATION_TIMEOUT: Duration = Duration::from_secs(5);
 struct Entry {
     guard: Arc<dyn Guard>,
     key: u64,
+    /// [`Guard::may_block`], asked once when the guard is registered or replaced.
+    may_block: bool,
+}
+
+/// A guard's [`Guard::may_block`]; one that panics may block (the safe answer), and the panic
+/// stays out of the actor.
+fn may_block(guard: &dyn Guard) -> bool {
+    catch_unwind(AssertUnwindSafe(|| guard.may_block())).unwrap_or(true)
 }
 
 #[derive(Default)]
@@ -148,7 +156,7 @@ impl Registry {
     fn publish(&mut self) {
         self.snapshot = GuardSnapshot {
             guards: self.entries.iter().map(|e| e.guard.clone()).collect(),
-            may_block: self.entries.iter().any(|e| e.guard.may_block()),
+            may_block: self.entries.iter().any(|e| e.may_block),
         };
     }
 }
@@ -276,7 +284,12 @@ impl Actor for GuardSetActor {
                     Err(GuardsError::IdTaken(id))
                 } else {
                     let key = fresh_key();
-                    registry.entries.push(Entry { guard, key });
+                    let may_block = may_block(guard.as_ref());
+                    registry.entries.push(Entry {
+                        guard,
+                        key,
+                        may_block,
+                    });
                     registry.publish();
                     Ok(key)
                 };
@@ -291,6 +304,7 @@ impl Actor for GuardSetActor {
                         new: guard.id().to_string(),
                     }),
                     Some(e) => {
+                        e.may_block = may_block(guard.as_ref());
                         e.guard = guard;
                         Ok(())
                     }

@@ -297,3 +297,49 @@ async fn a_non_blocking_guard_that_overruns_the_limit_is_denied_once_it_returns(
     let quick = set.evaluate(GuardCall::new("c2", "fast", json!({}))).await;
     assert_eq!(quick, GuardVerdict::Abstain);
 }
+
+/// A guard whose `may_block` panics: it counts as one that may block, and the set stays whole.
+struct Undecided;
+
+impl dsh_guards::Guard for Undecided {
+    fn id(&self) -> &str {
+        "undecided"
+    }
+    fn check(&self, c: &GuardCall) -> GuardVerdict {
+        if c.tool == "rm" {
+            GuardVerdict::Deny("no rm".into())
+        } else {
+            GuardVerdict::Abstain
+        }
+    }
+    fn may_block(&self) -> bool {
+        panic!("cannot say")
+    }
+}
+
+#[tokio::test]
+async fn a_guard_whose_may_block_panics_is_registered_as_one_that_may_block() {
+    let set = GuardSet::spawn(None).await.unwrap();
+    let owner = set.register(Undecided).await.unwrap();
+    assert_eq!(set.restarts(), 0, "the panic stayed out of the actor");
+    let snapshot = set.snapshot().await.unwrap();
+    assert!(snapshot.may_block());
+    assert_eq!(snapshot.ids(), ["undecided"]);
+    assert!(matches!(
+        set.evaluate(GuardCall::new("c1", "rm", json!({}))).await,
+        GuardVerdict::Deny(_)
+    ));
+    owner.replace(Undecided).await.unwrap();
+    let _other = set
+        .register(FnGuard::non_blocking("other", |_c: &GuardCall| {
+            GuardVerdict::Abstain
+        }))
+        .await
+        .unwrap();
+    assert_eq!(set.ids().await.unwrap(), ["undecided", "other"]);
+    assert!(matches!(
+        set.evaluate(GuardCall::new("c2", "rm", json!({}))).await,
+        GuardVerdict::Deny(_)
+    ));
+    set.shutdown().await;
+}

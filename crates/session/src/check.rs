@@ -180,6 +180,17 @@ pub enum Violation {
         /// Where it is instead.
         reason: String,
     },
+    /// A `tool/result` naming a seq that is not a call of its step awaiting a result: what the
+    /// checker can tell reading event by event, as recovery does. [`check`] and [`check_file`]
+    /// never report it: holding the whole log, they say which it is
+    /// ([`Violation::UnknownCall`], [`Violation::ResultBeforeCall`],
+    /// [`Violation::DuplicateResult`] or [`Violation::ResultInOtherStep`]).
+    NotAnOpenCall {
+        /// The result.
+        seq: u64,
+        /// The seq it names.
+        call_seq: u64,
+    },
     /// What a crash leaves, and nothing else: a torn tail, calls of the last step without a
     /// result, or both. Recovery (opening the log for writing) repairs it; the log breaks no
     /// invariant once it is recovered. Only [`check_file`] reports it.
@@ -210,6 +221,7 @@ impl Violation {
             | Violation::SourceCount { seq, .. }
             | Violation::ResultBeforeCall { seq, .. }
             | Violation::UnknownCall { seq, .. }
+            | Violation::NotAnOpenCall { seq, .. }
             | Violation::DuplicateResult { seq, .. }
             | Violation::ResultInOtherStep { seq, .. }
             | Violation::CallIdMismatch { seq, .. }
@@ -258,6 +270,12 @@ impl fmt::Display for Violation {
             Violation::UnknownCall { seq, call_seq } => write!(
                 f,
                 "seq {seq}: tool/result names seq {call_seq}, which is not a tool/call"
+            ),
+            Violation::NotAnOpenCall { seq, call_seq } => write!(
+                f,
+                "seq {seq}: tool/result names seq {call_seq}, which is not a tool/call of this \
+                 step awaiting its result (not a call, answered already, in another step, or \
+                 after this result)"
             ),
             Violation::DuplicateResult {
                 seq,
@@ -378,7 +396,7 @@ struct OpenCall {
 /// Three violations need to see other events to be told apart, and this pass reports them in
 /// their plainest form: a step that ends with a call open is [`Violation::MissingResult`] (its
 /// result may come later, in another step); a result naming any seq that is not an open call
-/// of this step is [`Violation::UnknownCall`] (it may be answered already, or come later); a
+/// of this step is [`Violation::NotAnOpenCall`] (it may be answered already, or come later); a
 /// misplaced dispatch says only that its parent is not open. [`check`], which holds the whole
 /// log, then names each precisely ([`explain`]).
 #[derive(Default)]
@@ -504,7 +522,7 @@ impl StreamCheck {
         // Only this step's calls can be open (a step that ends with one open is a violation),
         // so an open call is one that comes before this result, in its step, unanswered.
         let Some(call) = self.open.get(&call_seq) else {
-            return Err(Violation::UnknownCall { seq, call_seq });
+            return Err(Violation::NotAnOpenCall { seq, call_seq });
         };
         if call.call_id != call_id {
             return Err(Violation::CallIdMismatch {
@@ -589,7 +607,7 @@ fn explain(events: &[SessionEvent], violation: Violation) -> Violation {
                 step,
             },
         },
-        Violation::UnknownCall { seq, call_seq } => {
+        Violation::NotAnOpenCall { seq, call_seq } => {
             let Some(call) =
                 event_at(call_seq).filter(|e| matches!(e.body, EventBody::ToolCall(_)))
             else {

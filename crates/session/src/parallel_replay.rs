@@ -90,7 +90,7 @@ pub(crate) fn replay(file: &File, chunk: u64) -> Option<Transcript> {
     std::thread::scope(|scope| {
         // Two chunks of lead: enough to keep the helper busy, little to hold.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Option<Vec<SessionEvent>>>(2);
-        scope.spawn(move || {
+        let helper = scope.spawn(move || {
             for i in (1..chunks).step_by(2) {
                 let (start, end) = bounds(i);
                 let parsed = parse_chunk(file, start, end);
@@ -101,28 +101,44 @@ pub(crate) fn replay(file: &File, chunk: u64) -> Option<Transcript> {
                 }
             }
         });
-        let mut builder = TranscriptBuilder::new();
-        let mut tracker = Tracker::default();
-        let mut expected = 1u64;
-        for i in 0..chunks {
-            let events = if i % 2 == 0 {
-                let (start, end) = bounds(i);
-                parse_chunk(file, start, end)
-            } else {
-                rx.recv().ok().flatten()
-            }?;
-            for event in events {
-                if event.seq != expected || tracker.observe(&event).is_err() {
-                    return None;
-                }
-                expected += 1;
-                builder.push(event);
-            }
-        }
-        tracker.finish(Tail::CLEAN).ok()?;
-        builder.close_open_calls();
-        Some(builder.finish())
+        let built = build_in_order(file, chunks, &bounds, &rx);
+        // Stop the helper (a send to a dropped receiver fails), then join it here: a helper
+        // that panicked is one more reason for the sequential path, not a panic of ours.
+        drop(rx);
+        let helper_ok = helper.join().is_ok();
+        built.filter(|_| helper_ok)
     })
+}
+
+/// Parses the even chunks here, takes the odd ones from `rx`, and checks and builds every
+/// event in log order.
+fn build_in_order(
+    file: &File,
+    chunks: u64,
+    bounds: &dyn Fn(u64) -> (u64, u64),
+    rx: &std::sync::mpsc::Receiver<Option<Vec<SessionEvent>>>,
+) -> Option<Transcript> {
+    let mut builder = TranscriptBuilder::new();
+    let mut tracker = Tracker::default();
+    let mut expected = 1u64;
+    for i in 0..chunks {
+        let events = if i % 2 == 0 {
+            let (start, end) = bounds(i);
+            parse_chunk(file, start, end)
+        } else {
+            rx.recv().ok().flatten()
+        }?;
+        for event in events {
+            if event.seq != expected || tracker.observe(&event).is_err() {
+                return None;
+            }
+            expected += 1;
+            builder.push(event);
+        }
+    }
+    tracker.finish(Tail::CLEAN).ok()?;
+    builder.close_open_calls();
+    Some(builder.finish())
 }
 
 #[cfg(test)]

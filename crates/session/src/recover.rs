@@ -541,7 +541,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err,
-            Violation::UnknownCall {
+            Violation::NotAnOpenCall {
                 seq: 2,
                 call_seq: 2
             }
