@@ -42,12 +42,7 @@ fn dsh_on_a_small_disk(blocks: u32, args: &[&std::ffi::OsStr]) -> Run {
         .args(args)
         .stdin(Stdio::null())
         .env_remove("RUST_LOG");
-    let out = cmd.output().unwrap();
-    Run {
-        code: out.status.code().expect("dsh was killed by a signal"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    finish(cmd.output().unwrap())
 }
 
 fn call_ids_in(events: &[Value]) -> Vec<String> {

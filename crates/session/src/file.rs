@@ -2,7 +2,7 @@
 
 use crate::backend::LogBackend;
 use crate::error::SessionError;
-use crate::recover::{self, Recovery, Tracker};
+use crate::recover::{self, Recovery};
 use dsh_core::SessionEvent;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -122,16 +122,7 @@ impl FileBackend {
             sync_dir(&path)
                 .map_err(|e| SessionError::io(format!("syncing the directory of {shown}"), &e))?;
         }
-        let mut tracker = Tracker::default();
-        let mut broken = None;
-        let tail = recover::scan(&file, &shown, |e| {
-            if broken.is_none() {
-                broken = tracker.observe(&e).err();
-            }
-        })?;
-        if let Some(violation) = broken {
-            return Err(violation.into());
-        }
+        let (tail, tracker) = recover::scan_tracked(&file, &shown, |_| {})?;
         let (closings, recovery) = tracker.finish(tail)?;
         let mut backend = FileBackend {
             file,

@@ -231,6 +231,29 @@ pub(crate) fn scan(
     })
 }
 
+/// [`scan`], with every whole event also checked by a [`Tracker`] before `each` sees it.
+/// A bad line anywhere is still [`SessionError::Corrupt`]; otherwise the first event that
+/// breaks an invariant is [`SessionError::Invariant`]. Returns the tail and the tracker, for
+/// [`Tracker::finish`].
+pub(crate) fn scan_tracked(
+    reader: impl Read,
+    what: &str,
+    mut each: impl FnMut(SessionEvent),
+) -> Result<(Tail, Tracker), SessionError> {
+    let mut tracker = Tracker::default();
+    let mut broken = None;
+    let tail = scan(reader, what, |e| {
+        if broken.is_none() {
+            broken = tracker.observe(&e).err();
+        }
+        each(e);
+    })?;
+    match broken {
+        Some(violation) => Err(violation.into()),
+        None => Ok((tail, tracker)),
+    }
+}
+
 /// The result recovery gives a call that a crash left without one: `ABORTED`, marked in its
 /// meta (kept, never shown to the model) as written by recovery.
 pub(crate) fn aborted_result(call_id: &str) -> ToolResultData {

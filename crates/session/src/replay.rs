@@ -39,7 +39,7 @@
 
 use crate::error::SessionError;
 use crate::parallel_replay;
-use crate::recover::{self, Tracker};
+use crate::recover;
 use dsh_core::transcript::{Transcript, TranscriptCall, TranscriptResult, TranscriptStep};
 use dsh_core::{EventBody, SessionEvent};
 use std::collections::HashMap;
@@ -190,17 +190,7 @@ pub fn read_log(path: impl AsRef<Path>) -> Result<Vec<SessionEvent>, SessionErro
     let path = path.as_ref();
     let shown = path.display().to_string();
     let mut events = Vec::new();
-    let mut tracker = Tracker::default();
-    let mut broken = None;
-    let tail = recover::scan(open(path)?, &shown, |e| {
-        if broken.is_none() {
-            broken = tracker.observe(&e).err();
-        }
-        events.push(e);
-    })?;
-    if let Some(violation) = broken {
-        return Err(violation.into());
-    }
+    let (tail, tracker) = recover::scan_tracked(open(path)?, &shown, |e| events.push(e))?;
     let (closings, recovery) = tracker.finish(tail)?;
     if recovery.repaired() {
         tracing::info!(
@@ -234,17 +224,9 @@ pub fn replay_file(path: impl AsRef<Path>) -> Result<Transcript, SessionError> {
     }
     let mut builder = TranscriptBuilder::new();
     // The same checks as opening the log: what recovery would refuse is refused here too.
-    let mut tracker = Tracker::default();
-    let mut broken = None;
-    recover::scan(open(path)?, &path.display().to_string(), |e| {
-        if broken.is_none() {
-            broken = tracker.observe(&e).err();
-        }
+    let (_, tracker) = recover::scan_tracked(open(path)?, &path.display().to_string(), |e| {
         builder.push(e)
     })?;
-    if let Some(violation) = broken {
-        return Err(violation.into());
-    }
     tracker.finish(recover::Tail::CLEAN)?;
     builder.close_open_calls();
     Ok(builder.finish())

@@ -44,7 +44,8 @@ impl Run {
     }
 }
 
-fn finish(out: Output) -> Run {
+/// The `Run` of a finished process (one that was not killed by a signal).
+pub fn finish(out: Output) -> Run {
     Run {
         code: out.status.code().expect("dsh was killed by a signal"),
         stdout: String::from_utf8(out.stdout).unwrap(),
