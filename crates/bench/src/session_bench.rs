@@ -58,6 +58,7 @@ fn call_body(appender: usize, n: u64) -> EventBody {
         call_id: format!("call_{appender}_{n}"),
         name: "read_file".into(),
         arguments: json!({ "path": "src/session/writer.rs", "offset": n }),
+        arguments_text: None,
         agent: "main".into(),
         parent: None,
     })
@@ -207,6 +208,7 @@ fn write_log(path: &Path, events: u64) {
                     call_id: id.clone(),
                     name: "read_file".into(),
                     arguments: json!({ "path": format!("src/module_{i}.rs"), "limit": 200 }),
+                    arguments_text: None,
                     agent: "main".into(),
                     parent: None,
                 }),

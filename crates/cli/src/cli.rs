@@ -15,7 +15,10 @@ Exit codes:
      first problem is named on stderr
   2  usage: a bad option or argument, or a policy file that does not parse
   3  I/O or log failure: a file could not be read or created, or the session log
-     could not be written or read (a directory, no permission, corrupt in the middle)"
+     could not be written or read (a directory, no permission, corrupt in the middle)
+  130, 143  `run`: stopped by SIGINT or SIGTERM; the running calls were recorded as
+     aborted and the log was closed cleanly (a second signal exits at once; the log
+     may then need `dsh recover`)"
     };
 }
 

@@ -2,6 +2,7 @@
 
 use crate::error::CliError;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::Path;
 
@@ -101,10 +102,39 @@ fn write_ordered(value: &Value, out: &mut String) {
     }
 }
 
-/// Reports one line on stderr, prefixed with `dsh: `.
+/// Reports one line on stderr, prefixed with `dsh: `. Messages often quote the model's input
+/// (call ids, tool names, paths), so the line is made [`printable`] first.
 pub fn note(message: impl std::fmt::Display) {
+    let line = message.to_string();
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "dsh: {message}");
+    let _ = writeln!(err, "dsh: {}", printable(&line));
+}
+
+/// Text made safe for a terminal: control characters (C0 including newlines, DEL, C1) and the
+/// invisible bidirectional controls are shown escaped (`\u{1b}`), so text from the model
+/// cannot move the cursor, clear a line, start a fake line of its own or reorder what
+/// follows it.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// Prints one line of plain text on stdout (a verdict, not a message).
@@ -117,6 +147,20 @@ pub fn say(message: impl std::fmt::Display) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn model_text_cannot_drive_the_terminal() {
+        assert_eq!(printable("c1"), "c1");
+        assert_eq!(printable("a\u{1b}[2K\rb"), "a\\u{1b}[2K\\u{d}b");
+        assert_eq!(printable("x\ny"), "x\\u{a}y");
+        assert_eq!(printable("\u{9b}31m"), "\\u{9b}31m", "C1 CSI");
+        assert_eq!(
+            printable("abc\u{202E}fed"),
+            "abc\\u{202e}fed",
+            "bidi override"
+        );
+        assert_eq!(printable("naïve ✓"), "naïve ✓", "other text stays");
+    }
 
     #[test]
     fn messages_print_role_first_and_stay_the_same_json() {

@@ -6,13 +6,14 @@ use crate::harness::{self, Running};
 use crate::output::{JsonLines, note};
 use dsh_core::event::{ToolCallData, ToolResultData};
 use dsh_core::transcript::{TranscriptCall, TranscriptResult, TranscriptStep};
-use dsh_core::{ContentBlock, ErrorCode, EventBody, ToolError};
+use dsh_core::{Arguments, ContentBlock, ErrorCode, EventBody, ToolError};
 use dsh_formats::{Format, parse_line, render_step, step_from_run};
-use dsh_scheduler::{RenamedCallId, SchedulerError, StepOutcome, StepRequest};
-use serde_json::Value;
+use dsh_scheduler::{CancelTarget, RenamedCallId, SchedulerError, StepOutcome, StepRequest};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::runtime::Runtime;
 
 /// Where the transcript comes from.
@@ -88,17 +89,27 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
     let stdin_free = !matches!(plan.transcript, TranscriptSource::Stdin);
     // Open the transcript first: a typo in its name must not leave a new empty log behind.
     let reader = plan.transcript.open()?;
+    let interrupt = Interrupt::watch(rt)?;
     let running = rt.block_on(harness::start(
         plan.workspace,
         plan.log,
         plan.options,
         stdin_free,
     ))?;
+    interrupt.guard(running.session.clone());
     let name = plan.transcript.name();
     let mut tally = Tally::default();
-    let outcome = run_lines(rt, &running, reader, &name, out, &mut tally);
+    let outcome = run_lines(rt, &running, reader, &name, out, &mut tally, &interrupt);
     rt.block_on(running.shutdown());
     outcome?;
+    if let Some(signal) = interrupt.received() {
+        note(format!(
+            "stopped by {}: the running calls were recorded as aborted and {} was closed cleanly",
+            signal.name(),
+            plan.log.display()
+        ));
+        return Ok(signal.exit_code());
+    }
     let steps = match (tally.first_step, tally.last_step) {
         (Some(a), Some(b)) if a == b => format!("ran step {a}"),
         (Some(a), Some(b)) => format!("ran steps {a}-{b}"),
@@ -135,21 +146,37 @@ fn run_lines(
     name: &str,
     out: &mut JsonLines,
     tally: &mut Tally,
+    interrupt: &Interrupt,
 ) -> Result<(), CliError> {
     let mut number = 0usize;
     let mut bytes = Vec::new();
     // A bad line is printed in the format of the line before it (OpenAI's at first).
     let mut format = Format::default();
     loop {
+        if interrupt.received().is_some() {
+            return Ok(());
+        }
         bytes.clear();
-        let n = reader
-            .read_until(b'\n', &mut bytes)
+        let line_len = read_bounded_line(&mut reader, &mut bytes)
             .map_err(|e| CliError::io("read the transcript", Path::new(name), e))?;
-        if n == 0 {
+        if line_len == 0 {
             return Ok(());
         }
         number += 1;
         let at = format!("{name}:{number}");
+        if line_len > MAX_TRANSCRIPT_LINE_BYTES {
+            let bad = BadLine {
+                number,
+                at: &at,
+                text: "",
+                bytes: line_len,
+                reason: format!(
+                    "the line is {line_len} bytes, past the limit of {MAX_TRANSCRIPT_LINE_BYTES} bytes for one assistant message"
+                ),
+            };
+            record_bad_line(rt, running, bad, format, out, tally)?;
+            continue;
+        }
         let line = match std::str::from_utf8(&bytes) {
             Ok(line) => line.trim(),
             Err(e) => {
@@ -158,6 +185,7 @@ fn run_lines(
                     number,
                     at: &at,
                     text: text.trim(),
+                    bytes: line_len,
                     reason: format!("not UTF-8 text ({e})"),
                 };
                 record_bad_line(rt, running, bad, format, out, tally)?;
@@ -174,6 +202,7 @@ fn run_lines(
                     number,
                     at: &at,
                     text: line,
+                    bytes: line_len,
                     reason: e.to_string(),
                 };
                 record_bad_line(rt, running, bad, format, out, tally)?;
@@ -201,6 +230,34 @@ fn run_lines(
             &outcome.deferred,
         );
         out.print(&render_step(parsed.format, &step))?;
+    }
+}
+
+/// The longest transcript line read whole: one assistant message, with room for many calls at
+/// the argument limit.
+const MAX_TRANSCRIPT_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Reads one line into `bytes`, keeping at most [`MAX_TRANSCRIPT_LINE_BYTES`] + 1 bytes of it
+/// (the rest is read and dropped). Answers the line's whole length, 0 at the end.
+fn read_bounded_line(reader: &mut dyn BufRead, bytes: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut total = 0usize;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(total);
+        }
+        let (chunk, done) = match memchr::memchr(b'\n', buf) {
+            Some(i) => (&buf[..=i], true),
+            None => (buf, false),
+        };
+        let room = (MAX_TRANSCRIPT_LINE_BYTES + 1).saturating_sub(bytes.len());
+        bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        total = total.saturating_add(used);
+        reader.consume(used);
+        if done {
+            return Ok(total);
+        }
     }
 }
 
@@ -238,6 +295,8 @@ struct BadLine<'a> {
     text: &'a str,
     /// Why it is not an assistant message.
     reason: String,
+    /// The whole line's length in bytes (more than `text` holds when it was too long to keep).
+    bytes: usize,
 }
 
 /// The call id a bad line is recorded under.
@@ -263,7 +322,20 @@ fn record_bad_line(
         "transcript line {} could not be run: {}",
         bad.number, bad.reason
     );
-    let arguments = Value::String(bad.text.to_string());
+    // Bounded like any call's arguments: a huge or deeply nested bad line logs only its size.
+    let arguments = if bad.bytes > MAX_TRANSCRIPT_LINE_BYTES {
+        Arguments::Oversized {
+            bytes: bad.bytes,
+            reason: bad.reason.clone(),
+        }
+    } else {
+        Arguments::Malformed {
+            raw: bad.text.to_string(),
+            error: bad.reason.clone(),
+        }
+        .within_limits()
+    }
+    .to_logged();
     let content = vec![ContentBlock::text(message.clone())];
     let error = ToolError::new(ErrorCode::ToolInputError, message);
     let log = running.session.log();
@@ -280,6 +352,7 @@ fn record_bad_line(
                 call_id: call_id.clone(),
                 name: String::new(),
                 arguments: arguments.clone(),
+                arguments_text: None,
                 agent: "main".into(),
                 parent: None,
             }),
@@ -311,6 +384,7 @@ fn record_bad_line(
             call_id: call_id.clone(),
             name: String::new(),
             arguments,
+            arguments_text: None,
         }],
         results: vec![TranscriptResult {
             call_id,
@@ -334,5 +408,92 @@ fn describe_rename(r: &RenamedCallId) -> String {
             "tool call {which} repeats the id `{}` of an earlier call in the message; the log calls it `{}`",
             r.original, r.assigned
         )
+    }
+}
+
+/// SIGINT and SIGTERM during `dsh run`: the first cancels what runs (the calls are recorded
+/// `ABORTED`, hooks and commands are stopped with their calls) and stops before the next line,
+/// so the log is closed clean; a second one exits at once.
+struct Interrupt {
+    received: Arc<AtomicI32>,
+    session: Arc<Mutex<Option<dsh_scheduler::Session>>>,
+}
+
+/// A signal that stopped the run.
+#[derive(Debug, Clone, Copy)]
+struct Stopped(i32);
+
+impl Stopped {
+    fn name(self) -> &'static str {
+        if self.0 == SIGINT {
+            "SIGINT"
+        } else {
+            "SIGTERM"
+        }
+    }
+
+    /// 128 + the signal's number, as shells report a process a signal ended.
+    fn exit_code(self) -> u8 {
+        u8::try_from(128 + self.0).unwrap_or(u8::MAX)
+    }
+}
+
+const SIGINT: i32 = 2;
+const SIGTERM: i32 = 15;
+
+impl Interrupt {
+    fn watch(rt: &Runtime) -> Result<Interrupt, CliError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (mut int, mut term) = rt
+            .block_on(async {
+                Ok::<_, std::io::Error>((
+                    signal(SignalKind::interrupt())?,
+                    signal(SignalKind::terminate())?,
+                ))
+            })
+            .map_err(|e| CliError::Start(format!("cannot watch for SIGINT and SIGTERM: {e}")))?;
+        let received = Arc::new(AtomicI32::new(0));
+        let session: Arc<Mutex<Option<dsh_scheduler::Session>>> = Arc::default();
+        let (flag, target) = (received.clone(), session.clone());
+        rt.spawn(async move {
+            let first = tokio::select! {
+                _ = int.recv() => SIGINT,
+                _ = term.recv() => SIGTERM,
+            };
+            flag.store(first, Ordering::SeqCst);
+            note(format!(
+                "{}: cancelling the running calls and closing the log (a second signal stops at once)",
+                Stopped(first).name()
+            ));
+            let running = target.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(session) = running {
+                let _ = session.cancel(CancelTarget::Session);
+            }
+            let second = tokio::select! {
+                _ = int.recv() => SIGINT,
+                _ = term.recv() => SIGTERM,
+            };
+            note(format!(
+                "{} again: stopping now; `dsh recover` repairs the log if it needs it",
+                Stopped(second).name()
+            ));
+            std::process::exit(i32::from(Stopped(second).exit_code()));
+        });
+        Ok(Interrupt { received, session })
+    }
+
+    /// The session a signal cancels; one that came while the pipeline started cancels it now.
+    fn guard(&self, session: dsh_scheduler::Session) {
+        *self.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+        if self.received().is_some() {
+            let _ = session.cancel(CancelTarget::Session);
+        }
+    }
+
+    fn received(&self) -> Option<Stopped> {
+        match self.received.load(Ordering::SeqCst) {
+            0 => None,
+            n => Some(Stopped(n)),
+        }
     }
 }

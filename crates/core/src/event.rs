@@ -23,8 +23,13 @@ pub struct ToolCallData {
     pub call_id: String,
     /// The tool's name.
     pub name: String,
-    /// The arguments as the model gave them (raw text, as a string, when they were not JSON).
+    /// The arguments as the model gave them (raw text, as a string, when they were not JSON;
+    /// the `{"$dsh": "omitted", …}` marker when they passed a limit).
     pub arguments: Value,
+    /// The exact text the model sent as its arguments, present only when serializing
+    /// `arguments` again would not give the same bytes (SPEC.md's "Exact arguments").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_text: Option<String>,
     /// The agent that made the call.
     pub agent: String,
     /// The parent call's id, or null. The key is always written, and required when read: a
@@ -345,6 +350,7 @@ mod tests {
                 call_id: "c1".into(),
                 name: "t".into(),
                 arguments: json!({}),
+                arguments_text: None,
                 agent: "main".into(),
                 parent: None,
             }),
@@ -403,6 +409,7 @@ mod tests {
                 call_id: "c1".into(),
                 name: "read_file".into(),
                 arguments: json!({"path": "a.txt"}),
+                arguments_text: None,
                 agent: "main".into(),
                 parent: parent.map(str::to_string),
             }),

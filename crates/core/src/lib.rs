@@ -44,6 +44,6 @@ pub use registry::{RegisteredTool, ToolRegistry};
 pub use result::{DeferredMessage, FrozenResult, ToolError};
 pub use signal::{CancelHandle, CancelReason, Signal};
 pub use tool::{
-    Arguments, ExecutionMode, RetryPolicy, ToolCall, ToolContext, ToolDefinition,
-    ToolExecutionInput, ToolFailure,
+    Arguments, ExecutionMode, MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, RetryPolicy, ToolCall,
+    ToolContext, ToolDefinition, ToolExecutionInput, ToolFailure,
 };

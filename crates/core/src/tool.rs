@@ -217,12 +217,32 @@ pub trait ToolDefinition: Send + Sync + 'static {
     }
 }
 
+/// Bytes of arguments a call may carry (their JSON text, or the raw text that did not parse).
+/// Past it the arguments are not logged whole and the call ends `TOOL_INPUT_ERROR` (SPEC.md's
+/// amendment "Oversized arguments").
+pub const MAX_ARGUMENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// How deep arguments may nest (objects and arrays). The log's own envelope adds two levels,
+/// and dsh's reader refuses JSON nested past 128, so arguments deeper than this could be
+/// written but never read back.
+pub const MAX_ARGUMENT_DEPTH: usize = 64;
+
 /// The arguments of a tool-call block: JSON, or the raw text when the model's string was not
-/// JSON (OpenAI's `function.arguments`). Malformed arguments end as `TOOL_INPUT_ERROR`.
+/// JSON (OpenAI's `function.arguments`). Malformed and oversized arguments end as
+/// `TOOL_INPUT_ERROR`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arguments {
-    /// Parsed arguments.
+    /// Parsed arguments (whose serialization is exactly what the model sent, when it sent text).
     Json(Value),
+    /// Parsed arguments together with the exact text the model sent, kept because serializing
+    /// the value again would not give the same bytes (key order, spacing, number forms). The
+    /// log records the text as `argumentsText`, so a replay gives the provider its own bytes.
+    Exact {
+        /// The parsed value.
+        value: Value,
+        /// The text as the model wrote it.
+        text: String,
+    },
     /// Text that did not parse.
     Malformed {
         /// The text as the model wrote it.
@@ -230,36 +250,246 @@ pub enum Arguments {
         /// What the parser said.
         error: String,
     },
+    /// Arguments past [`MAX_ARGUMENT_BYTES`] or [`MAX_ARGUMENT_DEPTH`]: only their size and the
+    /// reason are kept.
+    Oversized {
+        /// Their size in bytes (of the text, or of the value's JSON up to where counting
+        /// stopped).
+        bytes: usize,
+        /// Which limit they passed.
+        reason: String,
+    },
 }
 
 impl Arguments {
-    /// The form the log keeps: the JSON, or the raw text as a JSON string.
+    /// The form the log keeps: the JSON, the raw text as a JSON string, or for oversized
+    /// arguments the marker `{"$dsh": "omitted", "bytes": N, "reason": "…"}`.
+    ///
+    /// ```
+    /// use dsh_core::Arguments;
+    /// let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    /// let logged = Arguments::parse(&deep).to_logged();
+    /// assert_eq!(logged["$dsh"], "omitted");
+    /// assert_eq!(logged["bytes"], 200);
+    /// ```
     pub fn to_logged(&self) -> Value {
         match self {
-            Arguments::Json(v) => v.clone(),
+            Arguments::Json(v) | Arguments::Exact { value: v, .. } => v.clone(),
             Arguments::Malformed { raw, .. } => Value::String(raw.clone()),
+            Arguments::Oversized { bytes, reason } => {
+                let mut marker = serde_json::Map::new();
+                marker.insert("$dsh".into(), Value::String("omitted".into()));
+                marker.insert("bytes".into(), Value::from(*bytes));
+                marker.insert("reason".into(), Value::String(reason.clone()));
+                Value::Object(marker)
+            }
         }
     }
 
-    /// Parses a model's argument string.
+    /// The exact text the log keeps as `argumentsText`, when there is one.
+    ///
+    /// ```
+    /// use dsh_core::Arguments;
+    /// assert_eq!(Arguments::parse(r#"{"b": 1, "a": 2}"#).logged_text(), Some(r#"{"b": 1, "a": 2}"#));
+    /// assert_eq!(Arguments::parse(r#"{"a":1}"#).logged_text(), None);
+    /// ```
+    pub fn logged_text(&self) -> Option<&str> {
+        match self {
+            Arguments::Exact { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The parsed value, when the arguments are usable JSON.
+    pub fn value(&self) -> Option<&Value> {
+        match self {
+            Arguments::Json(v) | Arguments::Exact { value: v, .. } => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Parses a model's argument string, within the limits.
     ///
     /// ```
     /// use dsh_core::Arguments;
     /// assert!(matches!(Arguments::parse(r#"{"a":1}"#), Arguments::Json(_)));
+    /// assert!(matches!(Arguments::parse(r#"{"a": 1}"#), Arguments::Exact { .. }));
     /// assert!(matches!(Arguments::parse("{oops"), Arguments::Malformed { .. }));
+    /// let deep = format!("{{\"x\":{}{}}}", "[".repeat(125), "]".repeat(125));
+    /// assert!(matches!(Arguments::parse(&deep), Arguments::Oversized { .. }));
     /// ```
     pub fn parse(raw: &str) -> Arguments {
         if raw.trim().is_empty() {
             return Arguments::Json(Value::Object(Default::default()));
         }
-        match serde_json::from_str(raw) {
-            Ok(v) => Arguments::Json(v),
+        if raw.len() > MAX_ARGUMENT_BYTES {
+            return Arguments::too_large(raw.len());
+        }
+        // Counted on the text before parsing, so no parser recursion is ever spent on it.
+        let depth = text_depth(raw);
+        if depth > MAX_ARGUMENT_DEPTH {
+            return Arguments::too_deep(raw.len(), depth);
+        }
+        match serde_json::from_str::<Value>(raw) {
+            Ok(value) => {
+                if serde_json::to_string(&value).is_ok_and(|again| again == raw) {
+                    Arguments::Json(value)
+                } else {
+                    Arguments::Exact {
+                        value,
+                        text: raw.to_string(),
+                    }
+                }
+            }
             Err(e) => Arguments::Malformed {
                 raw: raw.to_string(),
                 error: e.to_string(),
             },
         }
     }
+
+    /// Arguments given as a value (Anthropic's `input`, a code-mode sub-call, an embedder's
+    /// call), within the limits.
+    ///
+    /// ```
+    /// use dsh_core::Arguments;
+    /// use serde_json::json;
+    /// assert_eq!(Arguments::from_value(json!({"a": 1})), Arguments::Json(json!({"a": 1})));
+    /// let mut deep = json!(1);
+    /// for _ in 0..70 { deep = json!([deep]); }
+    /// assert!(matches!(Arguments::from_value(deep), Arguments::Oversized { .. }));
+    /// ```
+    pub fn from_value(value: Value) -> Arguments {
+        Arguments::Json(value).within_limits()
+    }
+
+    /// The same arguments, or their [`Arguments::Oversized`] form when they pass a limit.
+    /// The scheduler applies it to every call before recording it, so no call, however it was
+    /// built, can write an event that cannot be read back.
+    pub fn within_limits(self) -> Arguments {
+        match self {
+            Arguments::Json(ref value) | Arguments::Exact { ref value, .. } => {
+                let depth = value_depth(value);
+                if depth > MAX_ARGUMENT_DEPTH {
+                    // Serializing recurses once per level: only count what is safe to walk,
+                    // and otherwise report the two brackets per level it has at least.
+                    let bytes = if depth <= 4 * MAX_ARGUMENT_DEPTH {
+                        json_len(value, usize::MAX)
+                    } else {
+                        depth.saturating_mul(2)
+                    };
+                    return Arguments::too_deep(bytes, depth);
+                }
+                let bytes = json_len(value, MAX_ARGUMENT_BYTES);
+                let text = self.logged_text().map_or(0, str::len);
+                if bytes > MAX_ARGUMENT_BYTES || text > MAX_ARGUMENT_BYTES {
+                    return Arguments::too_large(bytes.max(text));
+                }
+                self
+            }
+            Arguments::Malformed { ref raw, .. } => {
+                if raw.len() > MAX_ARGUMENT_BYTES {
+                    return Arguments::too_large(raw.len());
+                }
+                let depth = text_depth(raw);
+                if depth > MAX_ARGUMENT_DEPTH {
+                    return Arguments::too_deep(raw.len(), depth);
+                }
+                self
+            }
+            Arguments::Oversized { .. } => self,
+        }
+    }
+
+    fn too_large(bytes: usize) -> Arguments {
+        Arguments::Oversized {
+            bytes,
+            reason: format!(
+                "the arguments are {bytes} bytes or more, past the limit of {MAX_ARGUMENT_BYTES} bytes"
+            ),
+        }
+    }
+
+    fn too_deep(bytes: usize, depth: usize) -> Arguments {
+        Arguments::Oversized {
+            bytes,
+            reason: format!(
+                "the arguments nest {depth} levels deep, past the limit of {MAX_ARGUMENT_DEPTH}"
+            ),
+        }
+    }
+}
+
+/// How deep `[` and `{` nest in JSON-like text, outside strings. Malformed text is counted as
+/// far as it goes: it only has to bound what a parser would be asked to do.
+fn text_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// How deep a value nests (a scalar is 0), without recursion: a value built by hand may be
+/// deeper than any stack.
+fn value_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(value, 0usize)];
+    while let Some((v, depth)) = pending.pop() {
+        match v {
+            Value::Array(items) => {
+                deepest = deepest.max(depth + 1);
+                pending.extend(items.iter().map(|i| (i, depth + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(depth + 1);
+                pending.extend(map.values().map(|i| (i, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The length of a value's JSON, counted up to just past `limit` (serialization stops there).
+fn json_len(value: &Value, limit: usize) -> usize {
+    struct Count {
+        n: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.n = self.n.saturating_add(buf.len());
+            if self.n > self.limit {
+                return Err(std::io::Error::other("past the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count { n: 0, limit };
+    let _ = serde_json::to_writer(&mut count, value);
+    count.n
 }
 
 /// One tool-call block of a model message, before it enters the pipeline.
@@ -285,7 +515,7 @@ impl ToolCall {
         ToolCall {
             call_id: call_id.into(),
             name: name.into(),
-            arguments: Arguments::Json(arguments),
+            arguments: Arguments::from_value(arguments),
         }
     }
 }

@@ -18,6 +18,10 @@ pub struct TranscriptCall {
     pub name: String,
     /// The arguments as logged (raw text as a JSON string when they were not JSON).
     pub arguments: Value,
+    /// The exact text the model sent, when the log kept it (`argumentsText`): what a replay
+    /// hands back to a provider that takes arguments as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments_text: Option<String>,
 }
 
 /// One tool result, as the model sees it.

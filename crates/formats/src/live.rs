@@ -37,6 +37,7 @@ pub fn step_from_run(
                     .map_or_else(|| c.call_id.clone(), |r| r.call_id().to_string()),
                 name: c.name.clone(),
                 arguments: c.arguments.to_logged(),
+                arguments_text: c.arguments.logged_text().map(str::to_string),
             })
             .collect(),
         results: results.iter().map(TranscriptResult::from_frozen).collect(),

@@ -192,7 +192,7 @@ fn openai_calls(msg: &Map<String, Value>) -> Result<Vec<ToolCall>, FormatError> 
                 Some(Value::String(raw)) => Arguments::parse(raw),
                 None | Some(Value::Null) => Arguments::Json(empty_object()),
                 // Some OpenAI-compatible servers send the object itself.
-                Some(other) => Arguments::Json(other.clone()),
+                Some(other) => Arguments::from_value(other.clone()),
             };
             ToolCall {
                 call_id: text_field(entry.get("id")),
@@ -213,7 +213,7 @@ fn anthropic_calls(msg: &Map<String, Value>) -> Vec<ToolCall> {
         .map(|b| ToolCall {
             call_id: text_field(b.get("id")),
             name: text_field(b.get("name")),
-            arguments: Arguments::Json(match b.get("input") {
+            arguments: Arguments::from_value(match b.get("input") {
                 None | Some(Value::Null) => empty_object(),
                 Some(input) => input.clone(),
             }),

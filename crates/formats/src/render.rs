@@ -32,7 +32,7 @@ pub fn render_transcript(format: Format, transcript: &Transcript) -> Vec<Value> 
 ///
 /// let step = TranscriptStep {
 ///     step: 1,
-///     calls: vec![TranscriptCall { call_id: "t1".into(), name: "write_file".into(), arguments: json!({"path": "/etc/x"}) }],
+///     calls: vec![TranscriptCall { call_id: "t1".into(), name: "write_file".into(), arguments: json!({"path": "/etc/x"}), arguments_text: None }],
 ///     results: vec![TranscriptResult {
 ///         call_id: "t1".into(),
 ///         content: vec![ContentBlock::text("outside the workspace")],
@@ -79,6 +79,9 @@ pub fn render_result_content(format: Format, result: &TranscriptResult) -> Value
 }
 
 fn openai_arguments(call: &TranscriptCall) -> String {
+    if let Some(text) = &call.arguments_text {
+        return text.clone();
+    }
     match &call.arguments {
         Value::String(raw) => raw.clone(),
         other => other.to_string(),

@@ -17,16 +17,19 @@ fn sample_step() -> TranscriptStep {
                 call_id: "c1".into(),
                 name: "read_file".into(),
                 arguments: json!({"path": "a.txt"}),
+                arguments_text: None,
             },
             TranscriptCall {
                 call_id: "c2".into(),
                 name: "grep".into(),
                 arguments: json!("{\"pattern\": oops"),
+                arguments_text: None,
             },
             TranscriptCall {
                 call_id: "c3".into(),
                 name: "shot".into(),
                 arguments: json!({}),
+                arguments_text: None,
             },
         ],
         results: vec![
@@ -103,6 +106,7 @@ fn an_error_without_text_still_names_its_code() {
             call_id: "c".into(),
             name: "t".into(),
             arguments: json!({}),
+            arguments_text: None,
         }],
         results: vec![TranscriptResult {
             call_id: "c".into(),
@@ -170,11 +174,13 @@ fn a_live_step_renders_like_its_logged_form() {
                 call_id: "c1".into(),
                 name: "read_file".into(),
                 arguments: json!({"path": "a.txt"}),
+                arguments_text: None,
             },
             TranscriptCall {
                 call_id: "dsh_2_1".into(),
                 name: "grep".into(),
                 arguments: json!("{bad"),
+                arguments_text: None,
             },
         ],
         results: vec![

@@ -245,6 +245,7 @@ pub fn log_events(data: &[u8]) {
                 call_id: id,
                 name: "t".into(),
                 arguments: serde_json::Value::Null,
+                arguments_text: None,
                 agent: "main".into(),
                 parent: None,
             }),

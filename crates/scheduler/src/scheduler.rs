@@ -141,7 +141,7 @@ fn is_parallel(pipeline: &Pipeline, call: &ToolCall) -> bool {
     let Some(tool) = pipeline.registry.get(&call.name) else {
         return true;
     };
-    let Arguments::Json(args) = &call.arguments else {
+    let Some(args) = call.arguments.value() else {
         return false;
     };
     let def = tool.definition();
@@ -207,6 +207,7 @@ fn call_event(call: &ToolCall, agent: &str) -> EventBody {
         call_id: call.call_id.clone(),
         name: call.name.clone(),
         arguments: call.arguments.to_logged(),
+        arguments_text: call.arguments.logged_text().map(str::to_string),
         agent: agent.to_string(),
         parent: None,
     })
@@ -226,6 +227,16 @@ impl SchedulerState {
         let slots = request
             .calls
             .into_iter()
+            .map(|mut call| {
+                // However a call was built, what it records must read back (SPEC.md's
+                // "Oversized arguments").
+                call.arguments = std::mem::replace(
+                    &mut call.arguments,
+                    Arguments::Json(serde_json::Value::Null),
+                )
+                .within_limits();
+                call
+            })
             .map(|call| Slot {
                 parallel: is_parallel(&self.pipeline, &call),
                 call,

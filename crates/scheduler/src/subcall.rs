@@ -176,10 +176,14 @@ impl SubCallDispatcher for SubCalls {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("{}.sub{n}", self.parent_call_id);
         let (_handle, signal) = CancelHandle::child_of(&parent.signal);
+        // Bounded before anything records them: an oversized sub-call logs only its size and
+        // ends TOOL_INPUT_ERROR, like a top-level call.
+        let bounded = Arguments::from_value(arguments);
+        let arguments = bounded.to_logged();
         let input = ToolExecutionInput {
             call_id: call_id.clone(),
             name: name.to_string(),
-            arguments: Arguments::Json(arguments.clone()),
+            arguments: bounded,
             agent: parent.agent.clone(),
             signal,
             parent: Some(self.parent_call_id.clone()),

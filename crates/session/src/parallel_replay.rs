@@ -166,6 +166,7 @@ mod tests {
                     call_id: id,
                     name: "t".into(),
                     arguments: serde_json::json!({ "text": "y".repeat(long) }),
+                    arguments_text: None,
                     agent: "main".into(),
                     parent: None,
                 })

@@ -543,6 +543,7 @@ mod tests {
                 call_id: id.into(),
                 name: "t".into(),
                 arguments: Value::Null,
+                arguments_text: None,
                 agent: "main".into(),
                 parent: None,
             }),

@@ -17,6 +17,7 @@
 //!         call_id: id.into(),
 //!         name: "t".into(),
 //!         arguments: serde_json::json!({}),
+//!         arguments_text: None,
 //!         agent: "main".into(),
 //!         parent: None,
 //!     }),
@@ -103,6 +104,7 @@ impl TranscriptBuilder {
                     call_id: data.call_id,
                     name: data.name,
                     arguments: data.arguments,
+                    arguments_text: data.arguments_text,
                 });
                 parts.results.push(None);
             }

@@ -154,6 +154,7 @@ fn live_step(request: &StepRequest, outcome: &StepOutcome) -> TranscriptStep {
             call_id: c.call_id.clone(),
             name: c.name.clone(),
             arguments: c.arguments.to_logged(),
+            arguments_text: c.arguments.logged_text().map(str::to_string),
         })
         .collect();
     for r in &outcome.renamed {

@@ -34,7 +34,18 @@ pub(super) async fn resolve(
         prompt: prompt.clone(),
     };
     let asked = AssertUnwindSafe(responder.respond(&request)).catch_unwind();
-    match tokio::time::timeout(pipeline.config.approval_timeout, asked).await {
+    // A cancelled call stops waiting at once: the responder's question is dropped with it,
+    // so a prompt on a terminal is withdrawn instead of taking the next answer.
+    let answer = tokio::select! {
+        answer = tokio::time::timeout(pipeline.config.approval_timeout, asked) => answer,
+        why = input.signal.cancelled() => {
+            return Err(Candidate::failed(
+                ErrorCode::AbortedBeforeDispatch,
+                format!("the call was cancelled while it waited for approval: {why}"),
+            ));
+        }
+    };
+    match answer {
         Ok(Ok(Ok(ApprovalAnswer::Approve))) => Ok(()),
         Ok(Ok(Ok(ApprovalAnswer::Reject(reason)))) => denied(match reason {
             Some(r) => format!("the approver rejected the call: {r}"),

@@ -186,11 +186,17 @@ impl Pipeline {
             ));
         };
         let arguments = match &input.arguments {
-            Arguments::Json(v) => v.clone(),
+            Arguments::Json(v) | Arguments::Exact { value: v, .. } => v.clone(),
             Arguments::Malformed { error, .. } => {
                 return Err(Candidate::failed(
                     ErrorCode::ToolInputError,
                     format!("the arguments are not valid JSON: {error}"),
+                ));
+            }
+            Arguments::Oversized { reason, .. } => {
+                return Err(Candidate::failed(
+                    ErrorCode::ToolInputError,
+                    format!("{reason}; they were not run and the log keeps only their size"),
                 ));
             }
         };

@@ -12,6 +12,7 @@ pub fn call_body(id: &str) -> EventBody {
         call_id: id.into(),
         name: "echo".into(),
         arguments: json!({ "id": id }),
+        arguments_text: None,
         agent: "main".into(),
         parent: None,
     })
