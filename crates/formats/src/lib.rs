@@ -10,7 +10,9 @@
 //!   back in one user message of `tool_result` blocks.
 //!
 //! [`parse_line`] / [`parse_message`] turn one assistant message into [`dsh_core::ToolCall`]s
-//! (the format is detected per message). [`render_step`] turns a
+//! (the format is detected per message); [`ToolCallStream`] does the same for a streamed
+//! response, handing over each call the moment its block is complete. [`render_tools`] renders
+//! the tool list a request carries, in either provider's shape. [`render_step`] turns a
 //! [`dsh_core::transcript::TranscriptStep`] back into the messages of that format. Rendering
 //! works from the neutral transcript only, so a live run (see [`step_from_run`]) and a replay
 //! of its log render byte for byte the same.
@@ -58,11 +60,15 @@ mod error;
 mod live;
 mod parse;
 mod render;
+mod stream;
+mod tools;
 
 pub use error::FormatError;
 pub use live::step_from_run;
 pub use parse::{ParsedMessage, detect, parse_line, parse_message};
 pub use render::{render_result_content, render_step, render_transcript};
+pub use stream::{MAX_EVENT_LINE_BYTES, ToolCallStream};
+pub use tools::{ToolSpec, check_tool_schema, render_tools, tool_specs};
 
 use std::fmt;
 use std::str::FromStr;
