@@ -56,6 +56,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod claude_code;
 mod error;
 mod live;
 mod parse;
@@ -63,6 +64,7 @@ mod render;
 mod stream;
 mod tools;
 
+pub use claude_code::{ClaudeCodeLine, ClaudeCodeSteps, is_claude_code_line};
 pub use error::FormatError;
 pub use live::step_from_run;
 pub use parse::{ParsedMessage, detect, parse_line, parse_message};
