@@ -211,7 +211,21 @@ pub(crate) fn named_files<'a>(
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut found = BTreeSet::new();
     for command in commands {
-        let words = words(command, &var);
+        let mut words = words(command, &var);
+        // A quoted word that is itself a command (`sh -c './a.sh && ./b.sh'`) names files
+        // too; one level of that is read, and two (`sh -c "bash -c '…'"`).
+        for _ in 0..2 {
+            let inner: Vec<String> = words
+                .iter()
+                .filter(|w| w.contains(|c: char| c.is_whitespace() || is_operator(c)))
+                .flat_map(|w| self::words(w, &var))
+                .filter(|w| !words.contains(w))
+                .collect();
+            if inner.is_empty() {
+                break;
+            }
+            words.extend(inner);
+        }
         // Relative paths are read from the workspace, and from wherever the command `cd`s.
         let mut bases = vec![root.clone()];
         for pair in words.windows(2) {

@@ -314,7 +314,8 @@ impl HookSettings {
     /// hooks' working directory) or to a directory the command `cd`s into. `$NAME` and
     /// `${NAME}` are expanded as the shell would (`CLAUDE_PROJECT_DIR` is `root`, the rest
     /// comes from this process's environment, as hooks inherit it), `~/` is `$HOME/`, and
-    /// quotes and backslashes are read as the shell reads them. A file reached through a
+    /// quotes and backslashes are read as the shell reads them; a quoted word that is itself
+    /// a command (`sh -c './a.sh && ./b.sh'`) is read as one too. A file reached through a
     /// symbolic link is given both as the link (in its canonical directory) and as its target.
     ///
     /// It over-approximates (a word that happens to name a file counts), which is what it is

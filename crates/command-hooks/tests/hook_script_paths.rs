@@ -35,6 +35,7 @@ fn every_file_a_hook_command_names_is_listed_canonical() {
     let sub = file(&root.join("sub/run.sh"));
     let abs = file(&outside.join("global.sh"));
     let opt = file(&root.join("opt.toml"));
+    let nested = file(&root.join("nested.sh"));
     std::fs::create_dir_all(root.join("a-directory")).unwrap();
     let s = settings(
         &[
@@ -48,11 +49,13 @@ fn every_file_a_hook_command_names_is_listed_canonical() {
         &[
             // An absolute path outside the workspace; a script run after `cd`.
             &format!("{} && (cd sub && ./run.sh)", abs.display()),
+            // A command inside a quoted `sh -c` argument.
+            "sh -c 'true && ./nested.sh --fast'",
         ],
     );
     let mut paths = s.script_paths(&root);
     paths.sort();
-    let mut expected = vec![audit, check, config, lint, sub, abs, opt];
+    let mut expected = vec![audit, check, config, lint, sub, abs, opt, nested];
     expected.sort();
     assert_eq!(paths, expected);
     assert!(paths.iter().all(|p| p.is_absolute()));
