@@ -82,7 +82,9 @@ fn command_hooks(file: &Path, root: &Path, log_path: &Path) -> Result<CommandHoo
         .unwrap_or_else(|| "dsh".into());
     Ok(CommandHooks::new(settings, root)
         .with_session_id(session_id)
-        .with_transcript_path(log))
+        .with_transcript_path(log)
+        // A hook that failed or gave an answer dsh could not read is said on stderr.
+        .with_warnings(Arc::new(|line: &str| note(line))))
 }
 
 fn mcp_servers(file: &Path, root: &Path) -> Result<McpServers, CliError> {

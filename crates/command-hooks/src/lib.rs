@@ -18,10 +18,27 @@
 //!   `updatedInput` is validated again against the tool's schema; when several hooks rewrite,
 //!   the last configured wins. `additionalContext` after the tool reaches the model as a
 //!   `user/message` after the step's results.
-//! - A hook that exits with another code than 0 or 2, prints broken JSON, cannot start, or
-//!   outlives its `timeout` (seconds, default 60; it is killed with everything it started) is
-//!   a non-blocking error: logged and ignored, unless the hook sets `"fail_closed": true`,
-//!   which makes the failure deny the call (or block the result).
+//! - A hook's exit decides as soon as it exits: its pipes then get a short grace
+//!   ([`DEFAULT_OUTPUT_GRACE`]) for output still in flight, and its whole process group (each
+//!   hook runs in one of its own) is killed, so that nothing it started outlives it or holds
+//!   its answer up. The group is also killed at the hook's `timeout`, when the call's future
+//!   is dropped (the call was cancelled, the pipeline shut down), and by
+//!   [`CommandHooks::kill_all`].
+//! - A hook that exits with another code than 0 or 2, cannot start, is ended by a signal, or
+//!   outlives its `timeout` (seconds, default 60) is a non-blocking error: a warning, and
+//!   otherwise ignored, unless the hook sets `"fail_closed": true`, which makes the failure
+//!   deny the call (or block the result).
+//! - An answer that cannot be read (stdout that starts like JSON but does not parse, stdout
+//!   cut at the 1 MiB output cap, a decision this crate does not know, a hook stopped by
+//!   [`CommandHooks::kill_all`]) denies the call before the tool, since the hook may have
+//!   denied it; after the tool it is a warning (a block with `fail_closed`). It is never read
+//!   as an allow.
+//! - Reasons and warnings name a hook by its event, position and matcher
+//!   (`PreToolUse hook #2 (matcher "write_file|edit_file")`), never by its command line,
+//!   which may carry secrets. Warnings go to the sink given to [`CommandHooks::with_warnings`],
+//!   one line each (by default to `tracing` at WARN level); the library prints nothing.
+//! - [`HookSettings::script_paths`] lists the files the hook commands run, for a host that
+//!   protects them from the tools.
 //!
 //! ```
 //! use dsh_command_hooks::{CommandHooks, HookSettings};
@@ -40,8 +57,10 @@
 
 mod error;
 mod matcher;
+mod name;
 mod protocol;
 mod runner;
+mod scripts;
 mod settings;
 
 pub use error::CommandHooksError;
@@ -54,9 +73,43 @@ use dsh_core::{
     PreExecuteContext, PreExecuteHandler, PreExecuteOutcome, PreToolDecision,
 };
 use protocol::{Verdict, interpret};
+use runner::{Limits, LiveGroups};
 use serde_json::{Value, json};
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a hook's stdout and stderr may still be read after it exited, by default.
+///
+/// Everything the hook itself printed is in its pipes by then; only a child it left behind
+/// can keep them open, and that child is killed when the grace ends.
+pub const DEFAULT_OUTPUT_GRACE: Duration = Duration::from_millis(500);
+
+/// Where warnings go: one line per event, for the user.
+pub type WarningSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+#[derive(Clone, Default)]
+struct Warnings(Option<WarningSink>);
+
+impl Warnings {
+    fn emit(&self, line: &str) {
+        match &self.0 {
+            Some(sink) => sink(line),
+            None => tracing::warn!("{line}"),
+        }
+    }
+}
+
+impl fmt::Debug for Warnings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Warnings(sink)"
+        } else {
+            "Warnings(tracing)"
+        })
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Inner {
@@ -64,6 +117,10 @@ struct Inner {
     workspace: PathBuf,
     session_id: String,
     transcript_path: Option<PathBuf>,
+    warnings: Warnings,
+    grace: Duration,
+    /// Shared by every clone, and by the handlers made before a `with_…` call.
+    live: Arc<LiveGroups>,
 }
 
 /// Configured command hooks, ready to be installed in a harness's [`Hooks`].
@@ -81,6 +138,9 @@ impl CommandHooks {
                 workspace: workspace.into(),
                 session_id: format!("dsh-{}", std::process::id()),
                 transcript_path: None,
+                warnings: Warnings::default(),
+                grace: DEFAULT_OUTPUT_GRACE,
+                live: Arc::default(),
             }),
         }
     }
@@ -95,6 +155,35 @@ impl CommandHooks {
     pub fn with_transcript_path(mut self, path: impl Into<PathBuf>) -> CommandHooks {
         Arc::make_mut(&mut self.inner).transcript_path = Some(path.into());
         self
+    }
+
+    /// Where warnings go: one line each time a hook fails, gives an answer that cannot be
+    /// read, or answers in a way that is ignored. Without it they go to `tracing` (WARN).
+    /// A command-line host prints them on stderr; the lines never quote a hook's command.
+    pub fn with_warnings(mut self, sink: WarningSink) -> CommandHooks {
+        Arc::make_mut(&mut self.inner).warnings = Warnings(Some(sink));
+        self
+    }
+
+    /// How long a hook's output may still be read after it exited (by default
+    /// [`DEFAULT_OUTPUT_GRACE`]); then its process group is killed.
+    pub fn with_output_grace(mut self, grace: Duration) -> CommandHooks {
+        Arc::make_mut(&mut self.inner).grace = grace;
+        self
+    }
+
+    /// Kills the process group of every hook running now, and starts no hook from then on:
+    /// for a host that is about to exit (SIGINT, SIGTERM) without dropping the calls in
+    /// flight. Returns how many groups it killed.
+    ///
+    /// Dropping a call's future already kills its hooks; but a process that exits at once
+    /// drops nothing, and hooks run in process groups of their own, so a terminal's Ctrl-C
+    /// does not reach them either. A `PreToolUse` hook killed or not started this way denies
+    /// its call (it never answered); a `PostToolUse` one is a warning (a block when it fails
+    /// closed). It affects every clone of these hooks and every handler made from them.
+    /// Safe to call from any thread, more than once.
+    pub fn kill_all(&self) -> usize {
+        self.inner.live.kill_all()
     }
 
     /// The settings.
@@ -141,17 +230,26 @@ impl Inner {
     }
 
     /// Runs every matching hook at once; the verdicts come back in configuration order.
+    /// Dropping the future kills every hook it started (with what they started).
     async fn run(&self, event: HookEvent, tool: &str, input: Value) -> Vec<Verdict> {
-        let hooks: Vec<&HookCommand> = self.settings.matching(event, tool).collect();
+        let hooks: Vec<_> = self.settings.matching_named(event, tool).collect();
         if hooks.is_empty() {
             return Vec::new();
         }
         let mut bytes = input.to_string().into_bytes();
         bytes.push(b'\n');
         let bytes = &bytes;
-        futures::future::join_all(hooks.into_iter().map(|hook| async move {
-            let ran = runner::run(&hook.command, &self.workspace, bytes, hook.timeout).await;
-            interpret(event, hook, ran)
+        futures::future::join_all(hooks.into_iter().map(|(name, hook)| async move {
+            let limits = Limits {
+                timeout: hook.timeout,
+                grace: self.grace,
+            };
+            let ran = runner::run(&hook.command, &self.workspace, bytes, limits, &self.live).await;
+            let verdict = interpret(event, &name, hook, ran);
+            for line in &verdict.warnings {
+                self.warnings.emit(&protocol::one_line(line, 1000));
+            }
+            verdict
         }))
         .await
     }

@@ -15,8 +15,9 @@
 
 use crate::error::CommandHooksError;
 use crate::matcher::Matcher;
+use crate::name::HookName;
 use serde_json::{Map, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A hook's deadline when it does not give one (Claude Code's default).
@@ -278,6 +279,67 @@ impl HookSettings {
             .iter()
             .filter(move |g| g.matcher.matches(tool))
             .flat_map(|g| g.hooks.iter())
+    }
+
+    /// The commands that run for `tool` at `event`, in order, each with its name for reasons
+    /// and warnings (its position counts every command hook of the event, matching or not).
+    pub(crate) fn matching_named<'a>(
+        &'a self,
+        event: HookEvent,
+        tool: &'a str,
+    ) -> impl Iterator<Item = (HookName, &'a HookCommand)> + 'a {
+        self.groups(event)
+            .iter()
+            .scan(0usize, |before, group| {
+                let first = *before;
+                *before += group.hooks.len();
+                Some((first, group))
+            })
+            .filter(move |(_, group)| group.matcher.matches(tool))
+            .flat_map(move |(first, group)| {
+                group.hooks.iter().enumerate().map(move |(i, hook)| {
+                    let name = HookName {
+                        event,
+                        position: first + i + 1,
+                        matcher: group.matcher_text.clone(),
+                    };
+                    (name, hook)
+                })
+            })
+    }
+
+    /// Every existing file a configured hook command names, absolute and canonical: the
+    /// program when it is a path, and every word of the command (and the part after `=` of a
+    /// `NAME=value` or `--option=value` word) that is a regular file, relative to `root` (the
+    /// hooks' working directory) or to a directory the command `cd`s into. `$NAME` and
+    /// `${NAME}` are expanded as the shell would (`CLAUDE_PROJECT_DIR` is `root`, the rest
+    /// comes from this process's environment, as hooks inherit it), `~/` is `$HOME/`, and
+    /// quotes and backslashes are read as the shell reads them; a quoted word that is itself
+    /// a command (`sh -c './a.sh && ./b.sh'`) is read as one too. A file reached through a
+    /// symbolic link is given both as the link (in its canonical directory) and as its target.
+    ///
+    /// It over-approximates (a word that happens to name a file counts), which is what it is
+    /// for: the files a tool must not write, lest it change what a hook runs.
+    ///
+    /// ```
+    /// use dsh_command_hooks::HookSettings;
+    /// let root = tempfile::tempdir().unwrap();
+    /// std::fs::create_dir(root.path().join("hooks")).unwrap();
+    /// std::fs::write(root.path().join("hooks/check.sh"), "exit 0").unwrap();
+    /// let settings = HookSettings::from_json(r#"{"hooks": {"PreToolUse": [{"hooks": [
+    ///     {"type": "command", "command": "TOKEN=x sh \"$CLAUDE_PROJECT_DIR\"/hooks/check.sh --strict"}
+    /// ]}]}}"#).unwrap();
+    /// let paths = settings.script_paths(root.path());
+    /// assert_eq!(paths, [root.path().join("hooks/check.sh").canonicalize().unwrap()]);
+    /// ```
+    pub fn script_paths(&self, root: &Path) -> Vec<PathBuf> {
+        let commands = self
+            .pre_tool_use
+            .iter()
+            .chain(&self.post_tool_use)
+            .flat_map(|group| group.hooks.iter())
+            .map(|hook| hook.command.as_str());
+        crate::scripts::named_files(commands, root)
     }
 
     /// True when no command is configured for either event.
