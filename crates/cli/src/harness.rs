@@ -29,6 +29,9 @@ pub struct Running {
     pub mcp: Option<McpToolSource>,
     /// The log's path, for messages.
     pub log_path: PathBuf,
+    /// The `--hooks` command hooks: a signal kills their process groups, which a terminal's
+    /// Ctrl-C never reaches.
+    pub hooks: Option<CommandHooks>,
 }
 
 impl Running {
@@ -218,6 +221,7 @@ pub async fn start(
         toolset,
         mcp,
         log_path: log_path.to_path_buf(),
+        hooks: command_hooks,
     })
 }
 

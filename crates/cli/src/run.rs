@@ -6,6 +6,7 @@ use crate::harness::{self, Running};
 use crate::output::{JsonLines, note};
 use dsh_core::event::{ToolCallData, ToolResultData};
 use dsh_core::transcript::{TranscriptCall, TranscriptResult, TranscriptStep};
+use dsh_command_hooks::CommandHooks;
 use dsh_core::{Arguments, ContentBlock, ErrorCode, EventBody, ToolError};
 use dsh_formats::{Format, parse_line, render_step, step_from_run};
 use dsh_scheduler::{CancelTarget, RenamedCallId, SchedulerError, StepOutcome, StepRequest};
@@ -96,7 +97,7 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
         plan.options,
         stdin_free,
     ))?;
-    interrupt.guard(running.session.clone());
+    interrupt.guard(running.session.clone(), running.hooks.clone());
     let name = plan.transcript.name();
     let mut tally = Tally::default();
     let outcome = run_lines(rt, &running, reader, &name, out, &mut tally, &interrupt);
@@ -416,7 +417,23 @@ fn describe_rename(r: &RenamedCallId) -> String {
 /// so the log is closed clean; a second one exits at once.
 struct Interrupt {
     received: Arc<AtomicI32>,
-    session: Arc<Mutex<Option<dsh_scheduler::Session>>>,
+    guarded: Arc<Mutex<Option<Guarded>>>,
+}
+
+/// What a signal stops: the session's calls, and the hook processes they started.
+#[derive(Clone)]
+struct Guarded {
+    session: dsh_scheduler::Session,
+    hooks: Option<CommandHooks>,
+}
+
+impl Guarded {
+    fn stop(&self) {
+        let _ = self.session.cancel(CancelTarget::Session);
+        if let Some(hooks) = &self.hooks {
+            hooks.kill_all();
+        }
+    }
 }
 
 /// A signal that stopped the run.
@@ -453,8 +470,8 @@ impl Interrupt {
             })
             .map_err(|e| CliError::Start(format!("cannot watch for SIGINT and SIGTERM: {e}")))?;
         let received = Arc::new(AtomicI32::new(0));
-        let session: Arc<Mutex<Option<dsh_scheduler::Session>>> = Arc::default();
-        let (flag, target) = (received.clone(), session.clone());
+        let guarded: Arc<Mutex<Option<Guarded>>> = Arc::default();
+        let (flag, target) = (received.clone(), guarded.clone());
         rt.spawn(async move {
             let first = tokio::select! {
                 _ = int.recv() => SIGINT,
@@ -466,8 +483,8 @@ impl Interrupt {
                 Stopped(first).name()
             ));
             let running = target.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if let Some(session) = running {
-                let _ = session.cancel(CancelTarget::Session);
+            if let Some(guarded) = running {
+                guarded.stop();
             }
             let second = tokio::select! {
                 _ = int.recv() => SIGINT,
@@ -479,14 +496,15 @@ impl Interrupt {
             ));
             std::process::exit(i32::from(Stopped(second).exit_code()));
         });
-        Ok(Interrupt { received, session })
+        Ok(Interrupt { received, guarded })
     }
 
-    /// The session a signal cancels; one that came while the pipeline started cancels it now.
-    fn guard(&self, session: dsh_scheduler::Session) {
-        *self.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+    /// What a signal stops; a signal that came while the pipeline started stops it now.
+    fn guard(&self, session: dsh_scheduler::Session, hooks: Option<CommandHooks>) {
+        let guarded = Guarded { session, hooks };
+        *self.guarded.lock().unwrap_or_else(|e| e.into_inner()) = Some(guarded.clone());
         if self.received().is_some() {
-            let _ = session.cancel(CancelTarget::Session);
+            guarded.stop();
         }
     }
 
