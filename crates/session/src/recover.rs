@@ -195,7 +195,12 @@ impl BadLine {
 /// - no line holds a control byte other than zero (dsh's lines never do);
 /// - lines ended by a newline were written whole, so unless the run is one line without its
 ///   newline, some page of it was lost: the run holds zeros;
-/// - it is at most one group commit long ([`MAX_GROUP_BYTES`]).
+/// - it is at most one group commit long ([`MAX_GROUP_BYTES`]);
+/// - when it starts at the first line (a crash during the first write, so nothing whole
+///   says the file is a log), every line of it is the next event as far as it was written,
+///   with zeros for lost pages: a line that does not start with zeros starts as its event does
+///   (`{"seq":1,…`, `{"seq":2,…`), and one ended by a newline holds zeros. Later in a log,
+///   pieces of lines after a lost page are taken as the tear they look like.
 ///
 /// A bad line followed by anything whole (an event, or any complete JSON value) is
 /// corruption, named by the run's first line; so is a line that cannot be garbage from a
@@ -211,6 +216,8 @@ pub(crate) struct TornRun {
     lines: usize,
     /// The run's last line ended with a newline.
     terminated: bool,
+    /// The seq the run's first line would have had.
+    first_seq: u64,
 }
 
 /// What [`TornRun`] makes of a line.
@@ -252,6 +259,11 @@ impl TornRun {
                      writes"
                 )));
             }
+            if first.line == 1
+                && let Some(why) = self.not_a_first_write(bytes, line.terminated)
+            {
+                return Verdict::Corrupt(first.not_torn(format!("line {number} {why}")));
+            }
             self.note(bytes, line.terminated);
             return Verdict::Suspect;
         }
@@ -282,8 +294,24 @@ impl TornRun {
             return Verdict::Corrupt(bad.not_torn(why));
         }
         self.first = Some(bad);
+        self.first_seq = next_seq;
         self.note(bytes, line.terminated);
         Verdict::Suspect
+    }
+
+    /// Why a later line of a run that started at the file's first line is not what the first
+    /// write of a log leaves, if it is not.
+    fn not_a_first_write(&self, bytes: &[u8], terminated: bool) -> Option<String> {
+        let seq = self.first_seq.saturating_add(self.lines as u64);
+        if bytes.first() == Some(&0) {
+            // It starts in a lost page: whatever follows is a piece of the line.
+            return None;
+        }
+        if let Some(why) = not_a_torn_start(bytes, seq) {
+            return Some(why.replacen("it is", "is", 1));
+        }
+        (terminated && memchr::memchr(0, bytes).is_none())
+            .then(|| "ends with a newline, so it was written whole, yet is no event".to_string())
     }
 
     fn note(&mut self, bytes: &[u8], terminated: bool) {

@@ -55,7 +55,7 @@ fn file(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
 #[test]
 fn files_that_are_not_logs_are_refused_as_not_a_log() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[u8]); 7] = [
+    let cases: [(&str, &[u8]); 9] = [
         (
             "settings.json",
             b"{\n  \"editor.tabSize\": 4,\n  \"files.autoSave\": \"off\"\n}\n",
@@ -70,6 +70,10 @@ fn files_that_are_not_logs_are_refused_as_not_a_log() {
         ("prose", b"no newline at the end"),
         // Looks like the start of an event, but a newline ends it: written whole, so not torn.
         ("ended", b"{\"seq\":1,\"st\n"),
+        // A lost page, then text: where no event precedes, every line must be the next event
+        // as far as it was written.
+        ("zeros-then-text", b"\0\0\0\0\nmy notes\n"),
+        ("torn-then-text", b"{\"seq\":1,\"step\":1,\0\0\0\nmy notes"),
     ];
     for (name, bytes) in cases {
         let path = file(dir.path(), name, bytes);
@@ -139,6 +143,13 @@ fn what_a_crash_leaves_is_still_recovered() {
         ("first-then-zeros", {
             let mut b = br#"{"seq":1,"step":1,"ty"#.to_vec();
             b.extend_from_slice(&[0u8; 600]);
+            b
+        }),
+        // The first group, two lines, with a page lost across the end of the first.
+        ("two-lines", {
+            let mut b = br#"{"seq":1,"step":1,"type":"tool/call","da"#.to_vec();
+            b.extend_from_slice(&[0u8; 512]);
+            b.extend_from_slice(b"ll}\n{\"seq\":2,\"step\":1,\"type\":\"tool/res");
             b
         }),
     ] {
