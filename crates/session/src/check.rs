@@ -812,12 +812,9 @@ fn parse_violation(line: usize, reason: String) -> Violation {
 }
 
 fn bad_line(bad: BadLine) -> Violation {
-    // At the first line, what matters is that the file is not a log, not why its lines are
-    // no torn tail.
-    let reason = if bad.line == 1 {
-        bad.reason.clone()
-    } else {
-        bad.explained()
+    let reason = match (&bad.not_torn, bad.line) {
+        (Some(why), 1) => format!("{}, nor what a crash leaves of one ({why})", bad.reason),
+        _ => bad.explained(),
     };
     parse_violation(bad.line, reason)
 }
@@ -831,9 +828,10 @@ fn bad_line(bad: BadLine) -> Violation {
 /// A log that only needs recovery is [`Violation::NeedsRecovery`]: its only faults are a torn
 /// tail (the bad lines recovery would cut, see [`crate::FileBackend::open`]) and calls left
 /// open that recovery's `ABORTED` results would close without breaking any invariant. Any
-/// other fault before that is reported as itself: a bad line that something whole follows,
-/// or text that is not what a torn write leaves, is a [`Violation::Parse`] naming it (saying
-/// "this is not a dsh log" at the first line).
+/// other fault is reported as itself, the first in the file: an event that breaks an
+/// invariant, or a bad line before it that something whole follows, or text that is not what
+/// a torn write leaves, as a [`Violation::Parse`] naming it (saying "this is not a dsh log"
+/// at the first line).
 pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
     let path = path.as_ref();
     let unreadable = |e: std::io::Error| Violation::Unreadable {
@@ -844,7 +842,7 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
     let mut tracker = Tracker::default();
     let mut broken: Option<Violation> = None;
     let mut next = 1u64;
-    let total = for_each_line(
+    let scanned = for_each_line(
         file,
         |line| match run.line(&line, next) {
             Verdict::Event(event) => {
@@ -859,11 +857,14 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
         },
         unreadable,
         |line, _| parse_violation(line, crate::recover::too_long()),
-    )?;
-    let torn = run.finish().map_err(bad_line)?;
+    )
+    .and_then(|total| Ok((total, run.finish().map_err(bad_line)?)));
+    // The first fault in the file wins: a broken event comes before the bad line the reading
+    // stopped at.
     if let Some(violation) = broken {
         return Err(explain(&mut FileEvents(path), violation));
     }
+    let (total, torn) = scanned?;
     let strict = tracker.strict();
     if torn.is_none()
         && let Ok(report) = strict

@@ -168,7 +168,7 @@ impl BadLine {
     /// The line named as the first of a tail that is not torn, for `why`.
     fn not_torn(&self, why: impl std::fmt::Display) -> BadLine {
         BadLine {
-            not_torn: Some(format!("{why}, so this is not a torn tail")),
+            not_torn: Some(why.to_string()),
             ..self.clone()
         }
     }
@@ -176,7 +176,7 @@ impl BadLine {
     /// What is wrong with the line, and with the run it starts.
     pub fn explained(&self) -> String {
         match &self.not_torn {
-            Some(why) => format!("{}; {why}", self.reason),
+            Some(why) => format!("{}; {why}, so this is not a torn tail", self.reason),
             None => self.reason.clone(),
         }
     }
@@ -337,9 +337,13 @@ impl TornRun {
 /// The error for a bad line: a log damaged there, or, at the first line of the file, no log.
 pub(crate) fn bad_line_error(bad: BadLine) -> SessionError {
     if bad.line == 1 {
+        let torn = match &bad.not_torn {
+            Some(why) => format!(", nor what a crash leaves of one ({why})"),
+            None => String::new(),
+        };
         SessionError::NotALog(format!(
-            "its first line is neither a session event nor the start of one cut short by a \
-             crash ({}); a dsh log starts with the event seq 1",
+            "its first line is not a session event ({}){torn}; a dsh log starts with the \
+             event seq 1",
             bad.reason
         ))
     } else {
@@ -418,8 +422,9 @@ pub(crate) fn scan(
 }
 
 /// [`scan`], with every whole event also checked by a [`Tracker`] before `each` sees it.
-/// A bad line anywhere is still [`SessionError::Corrupt`]; otherwise the first event that
-/// breaks an invariant is [`SessionError::Invariant`]. Returns the tail and the tracker, for
+/// The first fault in the file is the error: an event that breaks an invariant
+/// ([`SessionError::Invariant`]), or a bad line before any such event
+/// ([`SessionError::Corrupt`], [`SessionError::NotALog`]). Returns the tail and the tracker, for
 /// [`Tracker::finish`].
 pub(crate) fn scan_tracked(
     reader: impl Read,
@@ -428,15 +433,18 @@ pub(crate) fn scan_tracked(
 ) -> Result<(Tail, Tracker), SessionError> {
     let mut tracker = Tracker::default();
     let mut broken = None;
-    let tail = scan(reader, what, |e| {
+    let scanned = scan(reader, what, |e| {
         if broken.is_none() {
             broken = tracker.observe(&e).err();
         }
         each(e);
-    })?;
-    match broken {
-        Some(violation) => Err(violation.into()),
-        None => Ok((tail, tracker)),
+    });
+    // The first fault in the file wins: a broken event comes before any bad line the scan
+    // stopped at (it stops at the first).
+    match (broken, scanned) {
+        (Some(violation), _) => Err(violation.into()),
+        (None, Err(e)) => Err(e),
+        (None, Ok(tail)) => Ok((tail, tracker)),
     }
 }
 
