@@ -151,6 +151,18 @@ pub const CODE_DISPATCH: &str = "tool/code-dispatch";
 pub const USER_MESSAGE: &str = "user/message";
 /// The only `surfaceOp` dsh writes.
 pub const SURFACE_APPEND: &str = "append";
+/// The largest `seq` a log may hold: 2^63 − 1 (SPEC.md, "Limits of numbers"), so that every
+/// store can hold it (a signed 64-bit column, too). A log that would pass it is refused, never
+/// wrapped.
+pub const MAX_SEQ: u64 = i64::MAX as u64;
+/// The largest `step` a log may hold: 2^63 − 1, like [`MAX_SEQ`].
+pub const MAX_STEP: u64 = i64::MAX as u64;
+/// The largest event line, in bytes and without its newline, that the session writer writes
+/// and dsh's log readers read. The writer refuses a longer event (nothing is written), and the
+/// readers refuse a longer line before holding more of it, so no file can make them grow
+/// without bound. Real events stay far below it: arguments are bounded where they are parsed
+/// and results where they are normalized.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
 
 /// One line of the session log.
 ///

@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("path", path),
     ("recovery", recovery),
     ("log_events", log_events),
+    ("recover_any_file", recover_any_file),
 ];
 
 /// The transcript parsers: any line parses or is refused, never panics; a parsed message
@@ -214,6 +215,85 @@ pub fn recovery(data: &[u8]) {
             checked.is_ok(),
             "a recovered log breaks an invariant: {checked:?}"
         );
+    }
+}
+
+/// Recovery on any file: it either leaves a dsh log that passes the checker, having only cut
+/// a torn tail (at most one group commit of it) and appended what it adds (a newline, the
+/// `ABORTED` results), or it refuses and leaves the file byte for byte as it was. Whatever it
+/// refuses, the checker does not pass either.
+///
+/// The bytes are taken as they come, and also after a whole event line made from them, so the
+/// fuzzer reaches a tail after a real log as easily as a file that is no log at all.
+pub fn recover_any_file(data: &[u8]) {
+    use dsh_core::event::{EventBody, SessionEvent, UserMessageData};
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("log.jsonl");
+    let first = SessionEvent {
+        seq: 1,
+        step: 1,
+        body: EventBody::UserMessage(UserMessageData {
+            content: "before".into(),
+            origin: "fuzz".into(),
+        }),
+    };
+    let after_a_log = [first.to_json_line().as_bytes(), b"\n", data].concat();
+    for input in [data, &after_a_log[..]] {
+        std::fs::write(&file, input).expect("writing the input");
+        let checked_before = dsh_session::check::check_file(&file);
+        match dsh_session::FileBackend::open(&file) {
+            Ok((backend, recovery)) => {
+                drop(backend);
+                let after = std::fs::read(&file).expect("reading the recovered log");
+                let kept = input.len() as u64 - recovery.torn_bytes_cut;
+                let kept = usize::try_from(kept).expect("a small input");
+                assert!(
+                    after.starts_with(&input[..kept]),
+                    "recovery changed bytes it kept: {recovery:?}"
+                );
+                let checked = dsh_session::check::check_file(&file);
+                assert!(
+                    checked.is_ok(),
+                    "a recovered log breaks an invariant: {checked:?}"
+                );
+                if recovery.torn_bytes_cut > 0 || !recovery.closed_calls.is_empty() {
+                    assert!(
+                        matches!(
+                            checked_before,
+                            Err(dsh_session::check::Violation::NeedsRecovery { .. })
+                        ),
+                        "recovery repaired what check called {checked_before:?}"
+                    );
+                } else if recovery.newline_added {
+                    // A whole last event without its newline passes the checker as it is.
+                    assert!(
+                        checked_before.is_ok(),
+                        "recovery only ended the last line, but check said {checked_before:?}"
+                    );
+                    assert!(
+                        after == [input, b"\n"].concat(),
+                        "more than a newline added"
+                    );
+                } else {
+                    assert!(after == input, "an unrepaired log was changed");
+                    assert!(
+                        checked_before.is_ok(),
+                        "opened untouched, but check said {checked_before:?}"
+                    );
+                }
+            }
+            Err(e) => {
+                let after = std::fs::read(&file).expect("reading the refused file");
+                assert!(after == input, "a refused file was changed ({e})");
+                assert!(
+                    !matches!(
+                        checked_before,
+                        Ok(_) | Err(dsh_session::check::Violation::NeedsRecovery { .. })
+                    ),
+                    "recovery refused ({e}) what check passed: {checked_before:?}"
+                );
+            }
+        }
     }
 }
 

@@ -221,8 +221,23 @@ impl SchedulerState {
         reply: StepReply,
         cancelled: Option<CancelReason>,
     ) {
+        // SPEC.md "Limits of numbers": a session at the largest step takes no more steps.
         let step = self.next_step;
-        self.next_step += 1;
+        if step > dsh_core::event::MAX_STEP {
+            let refused = || {
+                SchedulerError::Unavailable(format!(
+                    "the session has reached the largest step a log may hold ({}, 2^63 - 1); \
+                     no step can follow",
+                    dsh_core::event::MAX_STEP
+                ))
+            };
+            let _ = reply.send(Err(refused()));
+            for (_, queued, _) in self.queue.drain(..) {
+                let _ = queued.send(Err(refused()));
+            }
+            return;
+        }
+        self.next_step = step + 1;
         let renamed = assign_ids(step, &mut request.calls);
         let slots = request
             .calls

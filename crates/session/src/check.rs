@@ -3,7 +3,10 @@
 //!
 //! Invariants, each with its [`Violation`]:
 //! - seq starts at 1 and increases by exactly 1 ([`Violation::SeqOutOfOrder`]);
-//! - steps never go backwards ([`Violation::StepBackwards`]);
+//! - steps never go backwards ([`Violation::StepBackwards`]), nor past 2^63 − 1
+//!   ([`Violation::StepTooLarge`]);
+//! - within a step, no two `tool/call` events, and no `tool/call` and `tool/code-dispatch`,
+//!   share a `callId` ([`Violation::DuplicateCallId`]);
 //! - a `tool/result` has `surfaceOp: "append"` ([`Violation::SurfaceOp`]) and its
 //!   `sourceEventSeqs` names exactly one event ([`Violation::SourceCount`]): a `tool/call`
 //!   ([`Violation::UnknownCall`]) that comes before it ([`Violation::ResultBeforeCall`]), in the
@@ -39,10 +42,11 @@
 
 use crate::error::SessionError;
 use crate::lines::for_each_line;
-use crate::recover::{Tail, TornRun, Tracker, Verdict};
-use dsh_core::event::SURFACE_APPEND;
+use crate::open;
+use crate::recover::{BadLine, Tail, TornRun, Tracker, Verdict};
+use dsh_core::event::{MAX_STEP, SURFACE_APPEND};
 use dsh_core::{EventBody, SessionEvent};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 
@@ -180,6 +184,26 @@ pub enum Violation {
         /// Where it is instead.
         reason: String,
     },
+    /// A `tool/call` whose `callId` a `tool/call` or `tool/code-dispatch` of the same step
+    /// already has, or a `tool/code-dispatch` whose `callId` a `tool/call` of the step has:
+    /// pairing by id would be ambiguous.
+    DuplicateCallId {
+        /// The second event with the id.
+        seq: u64,
+        /// The id.
+        call_id: String,
+        /// The step.
+        step: u64,
+        /// The first event with the id.
+        first: u64,
+    },
+    /// An event whose step is past [`MAX_STEP`] (2^63 − 1, SPEC.md's "Limits of numbers").
+    StepTooLarge {
+        /// The event.
+        seq: u64,
+        /// Its step.
+        step: u64,
+    },
     /// A `tool/result` naming a seq that is not a call of its step awaiting a result: what the
     /// checker can tell reading event by event, as recovery does. [`check`] and [`check_file`]
     /// never report it: holding the whole log, they say which it is
@@ -226,7 +250,9 @@ impl Violation {
             | Violation::ResultInOtherStep { seq, .. }
             | Violation::CallIdMismatch { seq, .. }
             | Violation::UserMessageBeforeResult { seq, .. }
-            | Violation::DispatchOutsideParent { seq, .. } => Some(*seq),
+            | Violation::DispatchOutsideParent { seq, .. }
+            | Violation::DuplicateCallId { seq, .. }
+            | Violation::StepTooLarge { seq, .. } => Some(*seq),
         }
     }
 }
@@ -331,6 +357,21 @@ impl fmt::Display for Violation {
                 f,
                 "seq {seq}: tool/code-dispatch for parent `{parent_call_id}` {reason}"
             ),
+            Violation::DuplicateCallId {
+                seq,
+                call_id,
+                step,
+                first,
+            } => write!(
+                f,
+                "seq {seq}: callId `{call_id}` is used a second time in step {step} (first at \
+                 seq {first}); ids must be unique within a step for results to pair with calls"
+            ),
+            Violation::StepTooLarge { seq, step } => write!(
+                f,
+                "seq {seq}: step {step} is past the largest step a log may hold, \
+                 {MAX_STEP} (2^63 - 1)"
+            ),
             Violation::NeedsRecovery {
                 torn_line,
                 torn_bytes,
@@ -385,26 +426,32 @@ impl From<Violation> for SessionError {
     }
 }
 
+#[derive(Clone)]
 struct OpenCall {
     call_id: String,
     step: u64,
 }
 
-/// The invariants, checked one event at a time with state bounded by the current step's open
-/// calls, so recovery can vouch for a log of any length as it streams it.
+/// The invariants, checked one event at a time with state bounded by the current step: its
+/// open calls, and the ids of its calls and sub-calls (for [`Violation::DuplicateCallId`]).
+/// So recovery can vouch for a log of any length as it streams it.
 ///
 /// Three violations need to see other events to be told apart, and this pass reports them in
 /// their plainest form: a step that ends with a call open is [`Violation::MissingResult`] (its
 /// result may come later, in another step); a result naming any seq that is not an open call
 /// of this step is [`Violation::NotAnOpenCall`] (it may be answered already, or come later); a
-/// misplaced dispatch says only that its parent is not open. [`check`], which holds the whole
-/// log, then names each precisely ([`explain`]).
-#[derive(Default)]
+/// misplaced dispatch says only that its parent is not open. [`check`] and [`check_file`] then
+/// name each precisely ([`explain`]), reading the log again.
+#[derive(Default, Clone)]
 pub(crate) struct StreamCheck {
     next_seq: u64,
     step: Option<u64>,
     /// Calls of the current step still without a result, by seq.
     open: BTreeMap<u64, OpenCall>,
+    /// The current step's `tool/call` ids, and where each first appears.
+    call_ids: HashMap<String, u64>,
+    /// The current step's `tool/code-dispatch` ids, and where each first appears.
+    dispatch_ids: HashMap<String, u64>,
     /// The current step's first `user/message`.
     first_user: Option<u64>,
     report: CheckReport,
@@ -429,7 +476,14 @@ impl StreamCheck {
                 found: event.seq,
             });
         }
-        self.next_seq = expected + 1;
+        // Contiguous from 1, a seq cannot pass MAX_SEQ in any file that exists.
+        self.next_seq = expected.saturating_add(1);
+        if event.step > MAX_STEP {
+            return Err(Violation::StepTooLarge {
+                seq: event.seq,
+                step: event.step,
+            });
+        }
         match self.step {
             Some(previous) if event.step < previous => {
                 return Err(Violation::StepBackwards {
@@ -443,6 +497,8 @@ impl StreamCheck {
                 self.close_step()?;
                 self.step = Some(event.step);
                 self.first_user = None;
+                self.call_ids.clear();
+                self.dispatch_ids.clear();
                 self.report.steps += 1;
             }
         }
@@ -450,6 +506,14 @@ impl StreamCheck {
         match &event.body {
             EventBody::ToolCall(d) => {
                 self.report.calls += 1;
+                let first = self
+                    .call_ids
+                    .get(&d.call_id)
+                    .or_else(|| self.dispatch_ids.get(&d.call_id));
+                if let Some(&first) = first {
+                    return Err(self.duplicate(event, &d.call_id, first));
+                }
+                self.call_ids.insert(d.call_id.clone(), event.seq);
                 self.open.insert(
                     event.seq,
                     OpenCall {
@@ -472,6 +536,12 @@ impl StreamCheck {
                         reason: "names no open tool/call of its step".to_string(),
                     });
                 }
+                if let Some(&first) = self.call_ids.get(&d.call_id) {
+                    return Err(self.duplicate(event, &d.call_id, first));
+                }
+                self.dispatch_ids
+                    .entry(d.call_id.clone())
+                    .or_insert(event.seq);
             }
             EventBody::UserMessage(_) => {
                 self.report.user_messages += 1;
@@ -479,6 +549,15 @@ impl StreamCheck {
             }
         }
         Ok(())
+    }
+
+    fn duplicate(&self, event: &SessionEvent, call_id: &str, first: u64) -> Violation {
+        Violation::DuplicateCallId {
+            seq: event.seq,
+            call_id: call_id.to_string(),
+            step: event.step,
+            first,
+        }
     }
 
     /// The end of the log: the last step must have no call open.
@@ -544,62 +623,126 @@ impl StreamCheck {
     }
 }
 
-/// Where each call id appears, for explaining a misplaced code dispatch and a result in the
-/// wrong step; built only when a violation needs it.
-fn result_of(events: &[SessionEvent], call_seq: u64) -> Option<&SessionEvent> {
-    events.iter().find(|e| match &e.body {
-        EventBody::ToolResult {
-            source_event_seqs, ..
-        } => source_event_seqs.first() == Some(&call_seq),
-        _ => false,
-    })
+/// The events of a whole log, read from the start as many times as explaining a violation
+/// needs. `each` answers whether to go on.
+trait Events {
+    fn scan(&mut self, each: &mut dyn FnMut(&SessionEvent) -> bool);
 }
 
-fn misplaced_dispatch(events: &[SessionEvent], at: &SessionEvent, parent: &str) -> String {
-    let calls: Vec<&SessionEvent> = events
-        .iter()
-        .filter(|e| matches!(&e.body, EventBody::ToolCall(d) if d.call_id == parent))
-        .collect();
-    if let Some(later) = calls.iter().find(|c| c.seq > at.seq) {
-        return format!("comes before its parent tool/call (seq {})", later.seq);
+impl Events for &[SessionEvent] {
+    fn scan(&mut self, each: &mut dyn FnMut(&SessionEvent) -> bool) {
+        for e in self.iter() {
+            if !each(e) {
+                break;
+            }
+        }
     }
-    if let Some(other) = calls.iter().rev().find(|c| c.step != at.step) {
-        return format!(
-            "is in step {} but its parent tool/call (seq {}) is in step {}",
-            at.step, other.seq, other.step
+}
+
+/// A log file, read again: the events before its first bad line (which is where the checking
+/// pass stopped too). An I/O error ends the reading; the explanation then says less.
+struct FileEvents<'a>(&'a Path);
+
+impl Events for FileEvents<'_> {
+    fn scan(&mut self, each: &mut dyn FnMut(&SessionEvent) -> bool) {
+        let Ok(file) = open::for_reading(self.0) else {
+            return;
+        };
+        let mut run = TornRun::default();
+        let mut next = 1u64;
+        let _ = for_each_line(
+            file,
+            |line| match run.line(&line, next) {
+                Verdict::Event(event) => {
+                    next += 1;
+                    if each(&event) { Ok(()) } else { Err(()) }
+                }
+                Verdict::Suspect => Ok(()),
+                Verdict::Corrupt(_) => Err(()),
+            },
+            |_| (),
+            |_, _| (),
         );
     }
-    if let Some(call) = calls.last() {
-        let answered = result_of(events, call.seq).map_or(0, |r| r.seq);
+}
+
+/// The step of the event `seq`, and whether it is a `tool/call`.
+fn event_at(events: &mut dyn Events, seq: u64) -> Option<(u64, bool)> {
+    let mut found = None;
+    events.scan(&mut |e| {
+        if e.seq == seq {
+            found = Some((e.step, matches!(e.body, EventBody::ToolCall(_))));
+        }
+        e.seq < seq
+    });
+    found
+}
+
+/// The first `tool/result` naming `call_seq`: (seq, step).
+fn result_of(events: &mut dyn Events, call_seq: u64) -> Option<(u64, u64)> {
+    let mut found = None;
+    events.scan(&mut |e| {
+        if let EventBody::ToolResult {
+            source_event_seqs, ..
+        } = &e.body
+            && source_event_seqs.first() == Some(&call_seq)
+        {
+            found = Some((e.seq, e.step));
+        }
+        found.is_none()
+    });
+    found
+}
+
+fn misplaced_dispatch(events: &mut dyn Events, seq: u64, step: u64, parent: &str) -> String {
+    // Of the calls named `parent`: the first after the dispatch, the last in another step,
+    // and the last of all.
+    let mut later = None;
+    let mut other_step = None;
+    let mut last = None;
+    events.scan(&mut |e| {
+        if matches!(&e.body, EventBody::ToolCall(d) if d.call_id == parent) {
+            if e.seq > seq && later.is_none() {
+                later = Some(e.seq);
+            }
+            if e.step != step {
+                other_step = Some((e.seq, e.step));
+            }
+            last = Some(e.seq);
+        }
+        later.is_none()
+    });
+    if let Some(later) = later {
+        return format!("comes before its parent tool/call (seq {later})");
+    }
+    if let Some((other, other_step)) = other_step {
         return format!(
-            "comes after its parent's tool/result (seq {answered}; the call is seq {})",
-            call.seq
+            "is in step {step} but its parent tool/call (seq {other}) is in step {other_step}"
+        );
+    }
+    if let Some(call) = last {
+        let answered = result_of(events, call).map_or(0, |(r, _)| r);
+        return format!(
+            "comes after its parent's tool/result (seq {answered}; the call is seq {call})"
         );
     }
     "names no tool/call".to_string()
 }
 
-/// Names precisely a violation [`StreamCheck`] reported in its plainest form, by looking at
-/// the rest of the log.
-fn explain(events: &[SessionEvent], violation: Violation) -> Violation {
-    let event_at = |seq: u64| {
-        usize::try_from(seq)
-            .ok()
-            .and_then(|s| s.checked_sub(1))
-            .and_then(|i| events.get(i))
-            .filter(|e| e.seq == seq)
-    };
+/// Names precisely a violation [`StreamCheck`] reported in its plainest form, by reading the
+/// log again.
+fn explain(events: &mut dyn Events, violation: Violation) -> Violation {
     match violation {
         Violation::MissingResult {
             call_seq,
             call_id,
             step,
         } => match result_of(events, call_seq) {
-            Some(r) => Violation::ResultInOtherStep {
-                seq: r.seq,
+            Some((seq, result_step)) => Violation::ResultInOtherStep {
+                seq,
                 call_seq,
                 call_step: step,
-                step: r.step,
+                step: result_step,
             },
             None => Violation::MissingResult {
                 call_seq,
@@ -608,9 +751,7 @@ fn explain(events: &[SessionEvent], violation: Violation) -> Violation {
             },
         },
         Violation::NotAnOpenCall { seq, call_seq } => {
-            let Some(call) =
-                event_at(call_seq).filter(|e| matches!(e.body, EventBody::ToolCall(_)))
-            else {
+            let Some((call_step, true)) = event_at(events, call_seq) else {
                 return Violation::UnknownCall { seq, call_seq };
             };
             if call_seq > seq {
@@ -618,17 +759,17 @@ fn explain(events: &[SessionEvent], violation: Violation) -> Violation {
             }
             // An earlier call that is not open: answered already, or (when its step had ended
             // without a result, which the pass would have reported first) in another step.
-            match result_of(events, call_seq).filter(|r| r.seq < seq) {
-                Some(first) => Violation::DuplicateResult {
+            match result_of(events, call_seq).filter(|(r, _)| *r < seq) {
+                Some((first, _)) => Violation::DuplicateResult {
                     seq,
                     call_seq,
-                    first: first.seq,
+                    first,
                 },
                 None => Violation::ResultInOtherStep {
                     seq,
                     call_seq,
-                    call_step: call.step,
-                    step: event_at(seq).map_or(0, |e| e.step),
+                    call_step,
+                    step: event_at(events, seq).map_or(0, |(s, _)| s),
                 },
             }
         }
@@ -637,8 +778,8 @@ fn explain(events: &[SessionEvent], violation: Violation) -> Violation {
             parent_call_id,
             reason,
         } => {
-            let reason = match event_at(seq) {
-                Some(at) => misplaced_dispatch(events, at, &parent_call_id),
+            let reason = match event_at(events, seq) {
+                Some((step, _)) => misplaced_dispatch(events, seq, step, &parent_call_id),
                 None => reason,
             };
             Violation::DispatchOutsideParent {
@@ -655,59 +796,91 @@ fn explain(events: &[SessionEvent], violation: Violation) -> Violation {
 pub fn check(events: &[SessionEvent]) -> Result<CheckReport, Violation> {
     let mut pass = StreamCheck::default();
     for event in events {
-        pass.push(event).map_err(|v| explain(events, v))?;
+        pass.push(event).map_err(|v| explain(&mut &events[..], v))?;
     }
-    pass.finish().map_err(|v| explain(events, v))
+    pass.finish().map_err(|v| explain(&mut &events[..], v))
+}
+
+/// A bad line of a file, as the checker says it: at the first line, the file is no log.
+fn parse_violation(line: usize, reason: String) -> Violation {
+    let reason = if line == 1 {
+        format!("{reason}; this is not a dsh log (a dsh log starts with the event seq 1)")
+    } else {
+        reason
+    };
+    Violation::Parse { line, reason }
+}
+
+fn bad_line(bad: BadLine) -> Violation {
+    let reason = match (&bad.not_torn, bad.line) {
+        (Some(why), 1) => format!("{}, nor what a crash leaves of one ({why})", bad.reason),
+        _ => bad.explained(),
+    };
+    parse_violation(bad.line, reason)
 }
 
 /// Checks the JSON Lines log at `path`: every line must be a whole event (a last line lacking
-/// only its newline is accepted), then [`check`]. An empty file is a valid, empty log.
+/// only its newline is accepted), then [`check`]. An empty file is a valid, empty log. The
+/// log is streamed: memory holds one line and the current step's calls, whatever its length
+/// (a violation is then explained by reading the file again). A file that is not a regular
+/// file (a FIFO, a device, a directory) is [`Violation::Unreadable`], refused before reading.
 ///
 /// A log that only needs recovery is [`Violation::NeedsRecovery`]: its only faults are a torn
 /// tail (the bad lines recovery would cut, see [`crate::FileBackend::open`]) and calls left
 /// open that recovery's `ABORTED` results would close without breaking any invariant. Any
-/// other fault before that is reported as itself: a bad line that something whole follows
-/// is a [`Violation::Parse`] naming it.
+/// other fault is reported as itself, the first in the file: an event that breaks an
+/// invariant, or a bad line before it that something whole follows, or text that is not what
+/// a torn write leaves, as a [`Violation::Parse`] naming it (saying "this is not a dsh log"
+/// at the first line).
 pub fn check_file(path: impl AsRef<Path>) -> Result<CheckReport, Violation> {
     let path = path.as_ref();
     let unreadable = |e: std::io::Error| Violation::Unreadable {
         reason: format!("{}: {e}", path.display()),
     };
-    let file = std::fs::File::open(path).map_err(unreadable)?;
-    let mut events = Vec::new();
+    let file = open::for_reading(path).map_err(unreadable)?;
     let mut run = TornRun::default();
-    let total = for_each_line(
+    let mut tracker = Tracker::default();
+    let mut broken: Option<Violation> = None;
+    let mut next = 1u64;
+    let scanned = for_each_line(
         file,
-        |line| match run.line(line.number, line.offset, line.bytes) {
+        |line| match run.line(&line, next) {
             Verdict::Event(event) => {
-                events.push(event);
+                next = next.saturating_add(1);
+                if broken.is_none() {
+                    broken = tracker.observe(&event).err();
+                }
                 Ok(())
             }
             Verdict::Suspect => Ok(()),
-            Verdict::Corrupt(bad) => Err(Violation::Parse {
-                line: bad.line,
-                reason: bad.reason,
-            }),
+            Verdict::Corrupt(bad) => Err(bad_line(bad)),
         },
         unreadable,
-    )?;
-    let torn = run.finish();
-    let strict = check(&events);
-    if torn.is_none() && strict.is_ok() {
-        return strict;
+        |line, _| parse_violation(line, crate::recover::too_long()),
+    )
+    .and_then(|total| Ok((total, run.finish().map_err(bad_line)?)));
+    // The first fault in the file wins: a broken event comes before the bad line the reading
+    // stopped at.
+    if let Some(violation) = broken {
+        return Err(explain(&mut FileEvents(path), violation));
+    }
+    let (total, torn) = scanned?;
+    let strict = tracker.strict();
+    if torn.is_none()
+        && let Ok(report) = strict
+    {
+        return Ok(report);
     }
     // Would recovery leave a whole log? Then this is a crash's leftovers, not a violation.
-    let mut tracker = Tracker::default();
-    let recovered = events
-        .iter()
-        .try_for_each(|e| tracker.observe(e))
-        .and_then(|()| tracker.finish(Tail::CLEAN));
-    match recovered {
+    match tracker.finish(Tail::CLEAN) {
         Ok((_, recovery)) => Err(Violation::NeedsRecovery {
             torn_line: torn.as_ref().map(|t| t.line),
             torn_bytes: torn.map_or(0, |t| total - t.offset),
             open_calls: recovery.closed_calls,
         }),
-        Err(after) => Err(strict.err().unwrap_or_else(|| explain(&events, after))),
+        Err(after) => Err(explain(
+            &mut FileEvents(path),
+            strict.err().unwrap_or(after),
+        )),
     }
 }

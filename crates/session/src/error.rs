@@ -31,6 +31,15 @@ pub enum SessionError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The file is not a dsh log: its first line is neither a session event nor the torn start
+    /// of one. Nothing was changed.
+    #[error("this is not a dsh log: {0}")]
+    NotALog(String),
+    /// The writer refused an event dsh's own reader could not read back identical (nested too
+    /// deep, longer than the largest line, past the largest seq or step). Nothing of it was
+    /// written.
+    #[error("the session log refuses the event: {0}")]
+    Refused(String),
     /// An invariant of SPEC.md's log section does not hold.
     #[error("invariant violated at seq {seq}: {message}")]
     Invariant {

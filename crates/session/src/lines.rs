@@ -1,9 +1,43 @@
 //! Reading a log line by line through one reused buffer, so opening, replaying or checking a
-//! log of any size needs memory for its longest line, not for the whole file.
+//! log of any size needs memory for its longest line, not for the whole file; and no line
+//! longer than [`MAX_LINE`] is held at all.
 
+use crate::limits::MAX_LINE;
 use std::io::{self, Read};
 
 const CHUNK: usize = 1 << 20;
+
+/// Reads `file` from a position on, with positioned reads: the file's own offset is left
+/// alone, so several readers (or a writer appending) can share it.
+pub(crate) struct ReadAt<'a> {
+    file: &'a std::fs::File,
+    pos: u64,
+}
+
+impl<'a> ReadAt<'a> {
+    /// A reader of `file` from `pos`.
+    pub fn new(file: &'a std::fs::File, pos: u64) -> ReadAt<'a> {
+        ReadAt { file, pos }
+    }
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = read_at(self.file, buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(unix)]
+fn read_at(file: &std::fs::File, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, pos)
+}
+
+#[cfg(windows)]
+fn read_at(file: &std::fs::File, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, pos)
+}
 
 /// One line of a log.
 pub(crate) struct Line<'a> {
@@ -18,21 +52,38 @@ pub(crate) struct Line<'a> {
 }
 
 /// Calls `each` for every line of `reader`, in order, stopping at its first error. Answers
-/// the number of bytes read.
+/// the number of bytes read. A line that runs past `MAX_LINE` bytes without a newline is not
+/// read further: `too_long(number, offset)` is the error.
 pub(crate) fn for_each_line<E>(
+    reader: impl Read,
+    each: impl FnMut(Line<'_>) -> Result<(), E>,
+    io_error: impl Fn(io::Error) -> E,
+    too_long: impl Fn(usize, u64) -> E,
+) -> Result<u64, E> {
+    for_each_line_within(reader, MAX_LINE, each, io_error, too_long)
+}
+
+fn for_each_line_within<E>(
     mut reader: impl Read,
+    max_line: usize,
     mut each: impl FnMut(Line<'_>) -> Result<(), E>,
     io_error: impl Fn(io::Error) -> E,
+    too_long: impl Fn(usize, u64) -> E,
 ) -> Result<u64, E> {
-    let mut buf = vec![0u8; CHUNK];
+    // One byte more than the longest line, to see that a line is longer.
+    let cap = max_line.saturating_add(1);
+    let mut buf = vec![0u8; CHUNK.min(cap)];
     // buf[..filled] holds bytes read but not yet handed out; they start at `offset`.
     let mut filled = 0usize;
     let mut offset = 0u64;
     let mut number = 0usize;
     loop {
         if filled == buf.len() {
-            // A line longer than the buffer: make room for the rest of it.
-            buf.resize(buf.len() * 2, 0);
+            if filled >= cap {
+                return Err(too_long(number + 1, offset));
+            }
+            // A line longer than the buffer: make room for the rest of it, up to the cap.
+            buf.resize(buf.len().saturating_mul(2).min(cap), 0);
         }
         let n = match reader.read(&mut buf[filled..]) {
             Ok(n) => n,
@@ -41,6 +92,9 @@ pub(crate) fn for_each_line<E>(
         };
         if n == 0 {
             if filled > 0 {
+                if filled > max_line {
+                    return Err(too_long(number + 1, offset));
+                }
                 number += 1;
                 each(Line {
                     number,
@@ -58,6 +112,9 @@ pub(crate) fn for_each_line<E>(
         let mut search = filled;
         while let Some(i) = memchr::memchr(b'\n', &buf[search..end]) {
             let nl = search + i;
+            if nl - start > max_line {
+                return Err(too_long(number + 1, offset));
+            }
             number += 1;
             each(Line {
                 number,
@@ -68,6 +125,9 @@ pub(crate) fn for_each_line<E>(
             offset += (nl + 1 - start) as u64;
             start = nl + 1;
             search = start;
+        }
+        if end - start > max_line {
+            return Err(too_long(number + 1, offset));
         }
         buf.copy_within(start..end, 0);
         filled = end - start;
@@ -87,6 +147,7 @@ mod tests {
                 Ok::<(), io::Error>(())
             },
             |e| e,
+            |n, o| io::Error::other(format!("line {n} at {o} too long")),
         )
         .unwrap();
         assert_eq!(total, bytes.len() as u64);
@@ -132,11 +193,76 @@ mod tests {
                 Ok::<(), io::Error>(())
             },
             |e| e,
+            |n, o| io::Error::other(format!("line {n} at {o} too long")),
         )
         .unwrap();
         assert_eq!(
             got,
             vec![(0, long.len(), true), (long.len() as u64 + 1, 4, true)]
         );
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_refused_without_reading_on() {
+        // Reads that never end, as from /dev/zero: the limit stops them.
+        struct Zeros(u64);
+        impl Read for Zeros {
+            fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+                out.fill(0);
+                self.0 += out.len() as u64;
+                Ok(out.len())
+            }
+        }
+        let mut zeros = Zeros(0);
+        let mut seen = 0;
+        let err = for_each_line_within(
+            &mut zeros,
+            3000,
+            |_| {
+                seen += 1;
+                Ok::<(), (usize, u64)>(())
+            },
+            |_| (0, 0),
+            |n, o| (n, o),
+        )
+        .unwrap_err();
+        assert_eq!((err, seen), ((1, 0), 0));
+        assert!(zeros.0 < 10_000, "read {} bytes", zeros.0);
+
+        // Whole lines up to the limit pass, terminated or not; one byte more does not.
+        let at_limit = [vec![b'a'; 100], b"\n".to_vec(), vec![b'b'; 100]].concat();
+        let mut lines = Vec::new();
+        for_each_line_within(
+            &at_limit[..],
+            100,
+            |l| {
+                lines.push(l.bytes.len());
+                Ok::<(), (usize, u64)>(())
+            },
+            |_| (0, 0),
+            |n, o| (n, o),
+        )
+        .unwrap();
+        assert_eq!(lines, vec![100, 100]);
+        for over in [
+            [
+                vec![b'a'; 100],
+                b"\n".to_vec(),
+                vec![b'b'; 101],
+                b"\n".to_vec(),
+            ]
+            .concat(),
+            [vec![b'a'; 100], b"\n".to_vec(), vec![b'b'; 101]].concat(),
+        ] {
+            let err = for_each_line_within(
+                &over[..],
+                100,
+                |_| Ok::<(), (usize, u64)>(()),
+                |_| (0, 0),
+                |n, o| (n, o),
+            )
+            .unwrap_err();
+            assert_eq!(err, (2, 101));
+        }
     }
 }

@@ -11,12 +11,24 @@
 //! and [`crate::replay::replay_file`] replays sequentially, which reports precisely what is
 //! wrong or repairs its view of a torn tail. So the two paths cannot disagree on a log.
 
+use crate::limits::MAX_LINE;
+use crate::lines::ReadAt;
 use crate::recover::{Tail, Tracker};
 use crate::replay::TranscriptBuilder;
 use dsh_core::SessionEvent;
 use dsh_core::transcript::Transcript;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+
+/// Reads the rest of a line (through its newline) into `line`, giving up (`None`) on a line
+/// longer than any a log holds: the sequential path then names it.
+fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> Option<usize> {
+    let n = reader
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', line)
+        .ok()?;
+    (n <= MAX_LINE || line.last() == Some(&b'\n')).then_some(n)
+}
 
 /// The chunk each thread parses at a time.
 pub(crate) const CHUNK: u64 = 4 << 20;
@@ -25,49 +37,25 @@ const READ_BUF: usize = 256 << 10;
 /// Below this, a second thread costs more than it saves.
 pub(crate) const MIN_PARALLEL: u64 = 16 << 20;
 
-/// Reads `file` from `pos` on, with positioned reads (the two threads share the file).
-struct ReadAt<'a> {
-    file: &'a File,
-    pos: u64,
-}
-
-impl Read for ReadAt<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = read_at(self.file, buf, self.pos)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
-}
-
-#[cfg(unix)]
-fn read_at(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
-    std::os::unix::fs::FileExt::read_at(file, buf, pos)
-}
-
-#[cfg(windows)]
-fn read_at(file: &File, buf: &mut [u8], pos: u64) -> std::io::Result<usize> {
-    std::os::windows::fs::FileExt::seek_read(file, buf, pos)
-}
-
 /// The events of the lines that start in `start..end`, or `None` when one of them is not a
 /// whole, newline-terminated event.
 fn parse_chunk(file: &File, start: u64, end: u64) -> Option<Vec<SessionEvent>> {
     let from = start.saturating_sub(1);
     // Small against the chunk: the last line's end is read past `end`, with one buffer.
     let capacity = usize::try_from(end - start).map_or(READ_BUF, |n| n.clamp(64, READ_BUF));
-    let mut reader = BufReader::with_capacity(capacity, ReadAt { file, pos: from });
+    let mut reader = BufReader::with_capacity(capacity, ReadAt::new(file, from));
     let mut pos = from;
     let mut line = Vec::new();
     if start > 0 {
         // The line running into this chunk belongs to an earlier one; reading from the byte
         // before `start` finds where the first line of this chunk begins (at `start` itself
         // when that byte is a newline).
-        pos += reader.read_until(b'\n', &mut line).ok()? as u64;
+        pos += read_line(&mut reader, &mut line)? as u64;
     }
     let mut events = Vec::new();
     while pos < end {
         line.clear();
-        let n = reader.read_until(b'\n', &mut line).ok()?;
+        let n = read_line(&mut reader, &mut line)?;
         if n == 0 {
             break;
         }

@@ -2,10 +2,11 @@
 //! open. Pure functions over the file's bytes, shared by [`crate::FileBackend::open`] (which
 //! then repairs the file) and [`crate::replay`] (which repairs only its in-memory view).
 
-use crate::check::{StreamCheck, Violation};
+use crate::check::{CheckReport, StreamCheck, Violation};
 use crate::error::SessionError;
-use crate::lines::for_each_line;
-use dsh_core::event::ToolResultData;
+use crate::limits::MAX_GROUP_BYTES;
+use crate::lines::{Line, for_each_line};
+use dsh_core::event::{MAX_EVENT_BYTES, ToolResultData};
 use dsh_core::{ContentBlock, ErrorCode, EventBody, SessionEvent, ToolError};
 use serde_json::{Map, Value};
 use std::io::Read;
@@ -22,8 +23,9 @@ use std::io::Read;
 pub struct Recovery {
     /// Whole events read from the file (not counting the ones recovery appended).
     pub events_read: u64,
-    /// Bytes of a torn tail that were cut off: a torn last line, or every line from the first
-    /// bad one to the end when none of them is whole (what a crash under `batch` can leave).
+    /// Bytes of a torn tail that were cut off: what a crash can leave of the last group
+    /// commit (the next event lines as far as they were written, zeros for lost pages; see
+    /// [`crate::FileBackend::open`]).
     pub torn_bytes_cut: u64,
     /// The 1-based line the cut torn tail started at.
     pub torn_line: Option<usize>,
@@ -99,6 +101,56 @@ fn is_whole_json(line: &[u8]) -> bool {
     serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok()
 }
 
+/// True when `bytes` is JSON cut short: a start that some ending would make whole.
+fn is_json_prefix(bytes: &[u8]) -> bool {
+    let cut = |b: &[u8]| {
+        serde_json::from_slice::<serde::de::IgnoredAny>(b)
+            .is_err_and(|e| e.classify() == serde_json::error::Category::Eof)
+    };
+    // serde_json calls a number cut after its `-`, `.`, `e` or sign invalid, not cut short;
+    // a digit more tells a cut number from a bad one.
+    cut(bytes)
+        || matches!(bytes.last(), Some(b'-' | b'+' | b'.' | b'e' | b'E'))
+            && cut(&[bytes, b"0"].concat())
+}
+
+/// Why `line` cannot be the start of the event `next_seq` as dsh writes it, cut short by a
+/// crash: the bytes that reached the disk start as that event's line does (`{"seq":N,"step":`
+/// then JSON cut short), and zeros follow where pages were lost.
+fn not_a_torn_start(line: &[u8], next_seq: u64) -> Option<String> {
+    let written = line.split(|b| *b == 0).next().unwrap_or_default();
+    if written.is_empty() {
+        return None;
+    }
+    let expected = format!("{{\"seq\":{next_seq},\"step\":");
+    let expected = expected.as_bytes();
+    let fits = match written.strip_prefix(expected) {
+        None => expected.starts_with(written),
+        // The step's digits, then the `type` key, then JSON cut short.
+        Some(rest) => {
+            let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+            let after = &rest[digits..];
+            let key = br#","type":""#;
+            let keyed = if after.len() <= key.len() {
+                key.starts_with(after)
+            } else {
+                after.starts_with(key)
+            };
+            (digits > 0 || rest.is_empty()) && keyed && is_json_prefix(written)
+        }
+    };
+    (!fits).then(|| {
+        format!(
+            "it is not the start of the event seq {next_seq} cut short (`{{\"seq\":{next_seq},…`)"
+        )
+    })
+}
+
+/// Bytes no line of a log holds: dsh escapes every control character it writes.
+fn foreign_byte(line: &[u8]) -> Option<u8> {
+    line.iter().copied().find(|b| *b < 0x20 && *b != 0)
+}
+
 /// The first bad line of a run of bad lines that may turn out to be a torn tail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BadLine {
@@ -108,20 +160,64 @@ pub(crate) struct BadLine {
     pub offset: u64,
     /// Why it is not an event.
     pub reason: String,
+    /// Why the run it starts is not a torn tail, once that is known.
+    pub not_torn: Option<String>,
+}
+
+impl BadLine {
+    /// The line named as the first of a tail that is not torn, for `why`.
+    fn not_torn(&self, why: impl std::fmt::Display) -> BadLine {
+        BadLine {
+            not_torn: Some(why.to_string()),
+            ..self.clone()
+        }
+    }
+
+    /// What is wrong with the line, and with the run it starts.
+    pub fn explained(&self) -> String {
+        match &self.not_torn {
+            Some(why) => format!("{}; {why}, so this is not a torn tail", self.reason),
+            None => self.reason.clone(),
+        }
+    }
 }
 
 /// Tells a torn tail from corruption, one bad line at a time.
 ///
 /// A crash under `batch` (or with no fsync at all) can leave more than a cut last line: the
-/// region written since the last sync may hold several lines of garbage (blocks of zeros,
-/// pieces of lines), newline-terminated or not. So a run of bad lines that reaches the end of
-/// the file is a torn tail, cut as a whole; a bad line followed by anything whole (an event,
-/// or any complete JSON value) is corruption, named by the run's first line. A line that
-/// cannot be garbage from a torn write (blank, or whole JSON that is not an event) does not
-/// start such a run: it is corruption at once.
+/// group written since the last sync may come back with pages lost (zeros) between pieces
+/// that were written, in several lines, newline-terminated or not. So a run of bad lines that
+/// reaches the end of the file is a torn tail, cut as a whole, when it is what a torn write
+/// leaves:
+///
+/// - its first line starts as the next event does (`{"seq":N,"step":…` cut short) or with
+///   zeros: a tail is written from the end of the last whole line on;
+/// - no line holds a control byte other than zero (dsh's lines never do);
+/// - lines ended by a newline were written whole, so unless the run is one line without its
+///   newline, some page of it was lost: the run holds zeros;
+/// - it is at most one group commit long ([`MAX_GROUP_BYTES`]);
+/// - when it starts at the first line (a crash during the first write, so nothing whole
+///   says the file is a log), every line of it is the next event as far as it was written,
+///   with zeros for lost pages: a line that does not start with zeros starts as its event does
+///   (`{"seq":1,…`, `{"seq":2,…`), and one ended by a newline holds zeros. Later in a log,
+///   pieces of lines after a lost page are taken as the tear they look like.
+///
+/// A bad line followed by anything whole (an event, or any complete JSON value) is
+/// corruption, named by the run's first line; so is a line that cannot be garbage from a
+/// torn write (blank, or whole JSON that is not an event) starting a run, and a run that
+/// breaks a rule above. Text appended to a log, or a file that is not a log, is never taken
+/// for a torn tail.
 #[derive(Debug, Default)]
 pub(crate) struct TornRun {
     first: Option<BadLine>,
+    /// A zero byte (a lost page) somewhere in the run.
+    zeros: bool,
+    /// Lines in the run.
+    lines: usize,
+    /// The run's last line ended with a newline.
+    terminated: bool,
+    /// The seq the run's first line would have had.
+    first_seq: u64,
 }
 
 /// What [`TornRun`] makes of a line.
@@ -135,9 +231,12 @@ pub(crate) enum Verdict {
 }
 
 impl TornRun {
-    /// Classifies the line `number` (starting at byte `offset`).
-    pub fn line(&mut self, number: usize, offset: u64, bytes: &[u8]) -> Verdict {
+    /// Classifies `line`, where the next whole event would be `next_seq`.
+    pub fn line(&mut self, line: &Line<'_>, next_seq: u64) -> Verdict {
+        let bytes = line.bytes;
+        let number = line.number;
         let parsed = parse_line(bytes);
+        let end = line.offset + bytes.len() as u64 + u64::from(line.terminated);
         if let Some(first) = &self.first {
             if parsed.is_ok() || is_whole_json(bytes) {
                 let what = if parsed.is_ok() {
@@ -145,45 +244,129 @@ impl TornRun {
                 } else {
                     "a whole JSON value"
                 };
-                return Verdict::Corrupt(BadLine {
-                    reason: format!(
-                        "{}; {what} follows at line {number}, so this is not a torn tail",
-                        first.reason
-                    ),
-                    ..first.clone()
-                });
+                return Verdict::Corrupt(
+                    first.not_torn(format!("{what} follows at line {number}")),
+                );
             }
+            if let Some(b) = foreign_byte(bytes) {
+                return Verdict::Corrupt(first.not_torn(format!(
+                    "line {number} holds the control byte {b:#04x}, which no log line holds"
+                )));
+            }
+            if end - first.offset > MAX_GROUP_BYTES as u64 {
+                return Verdict::Corrupt(first.not_torn(format!(
+                    "it runs on for more than the {MAX_GROUP_BYTES} bytes one group commit \
+                     writes"
+                )));
+            }
+            if first.line == 1
+                && let Some(why) = self.not_a_first_write(bytes, line.terminated)
+            {
+                return Verdict::Corrupt(first.not_torn(format!("line {number} {why}")));
+            }
+            self.note(bytes, line.terminated);
             return Verdict::Suspect;
         }
-        match parsed {
-            Ok(event) => Verdict::Event(event),
-            Err(reason) if is_blank(bytes) || is_whole_json(bytes) => Verdict::Corrupt(BadLine {
-                line: number,
-                offset,
-                reason,
-            }),
-            Err(reason) => {
-                self.first = Some(BadLine {
-                    line: number,
-                    offset,
-                    reason,
-                });
-                Verdict::Suspect
-            }
+        let reason = match parsed {
+            Ok(event) => return Verdict::Event(event),
+            Err(reason) => reason,
+        };
+        let bad = BadLine {
+            line: number,
+            offset: line.offset,
+            reason,
+            not_torn: None,
+        };
+        if is_blank(bytes) || is_whole_json(bytes) {
+            return Verdict::Corrupt(bad);
         }
+        let not_torn = not_a_torn_start(bytes, next_seq)
+            .or_else(|| {
+                foreign_byte(bytes)
+                    .map(|b| format!("it holds the control byte {b:#04x}, which no log line holds"))
+            })
+            .or_else(|| {
+                (end - line.offset > MAX_GROUP_BYTES as u64).then(|| {
+                    format!("it is longer than the {MAX_GROUP_BYTES} bytes one group commit writes")
+                })
+            });
+        if let Some(why) = not_torn {
+            return Verdict::Corrupt(bad.not_torn(why));
+        }
+        self.first = Some(bad);
+        self.first_seq = next_seq;
+        self.note(bytes, line.terminated);
+        Verdict::Suspect
     }
 
-    /// The torn tail found at the end of the file, if any.
-    pub fn finish(self) -> Option<BadLine> {
-        self.first
+    /// Why a later line of a run that started at the file's first line is not what the first
+    /// write of a log leaves, if it is not.
+    fn not_a_first_write(&self, bytes: &[u8], terminated: bool) -> Option<String> {
+        let seq = self.first_seq.saturating_add(self.lines as u64);
+        if bytes.first() == Some(&0) {
+            // It starts in a lost page: whatever follows is a piece of the line.
+            return None;
+        }
+        if let Some(why) = not_a_torn_start(bytes, seq) {
+            return Some(why.replacen("it is", "is", 1));
+        }
+        (terminated && memchr::memchr(0, bytes).is_none())
+            .then(|| "ends with a newline, so it was written whole, yet is no event".to_string())
     }
+
+    fn note(&mut self, bytes: &[u8], terminated: bool) {
+        self.zeros |= memchr::memchr(0, bytes).is_some();
+        self.lines += 1;
+        self.terminated = terminated;
+    }
+
+    /// The torn tail found at the end of the file, if any; an error when the run that reached
+    /// the end is not one.
+    pub fn finish(self) -> Result<Option<BadLine>, BadLine> {
+        match self.first {
+            Some(first) if !self.zeros && (self.lines > 1 || self.terminated) => Err(first
+                .not_torn(
+                    "a line ended by a newline was written whole, and no page of these lines was \
+                 lost (no zeros)",
+                )),
+            first => Ok(first),
+        }
+    }
+}
+
+/// The error for a bad line: a log damaged there, or, at the first line of the file, no log.
+pub(crate) fn bad_line_error(bad: BadLine) -> SessionError {
+    if bad.line == 1 {
+        let torn = match &bad.not_torn {
+            Some(why) => format!(", nor what a crash leaves of one ({why})"),
+            None => String::new(),
+        };
+        SessionError::NotALog(format!(
+            "its first line is not a session event ({}){torn}; a dsh log starts with the \
+             event seq 1",
+            bad.reason
+        ))
+    } else {
+        SessionError::Corrupt {
+            line: bad.line,
+            reason: bad.explained(),
+        }
+    }
+}
+
+/// Why a line longer than any a log holds is refused.
+pub(crate) fn too_long() -> String {
+    format!(
+        "the line is longer than the largest event ({MAX_EVENT_BYTES} bytes), and longer than \
+         what a torn write leaves"
+    )
 }
 
 /// Parses every line `reader` gives, in order, verifying that seqs run 1, 2, 3, ..., and hands
 /// each event to `each`. A last segment without a newline is a whole event when it parses. A
-/// run of lines none of which is whole, from the first bad line to the end of the file, is a
-/// torn tail (see [`TornRun`]); any other bad line is [`SessionError::Corrupt`] naming it.
-/// `what` names the log in I/O errors.
+/// run of bad lines to the end of the file that a torn write could leave is a torn tail (see
+/// [`TornRun`]); any other bad line is [`SessionError::Corrupt`] naming it, or
+/// [`SessionError::NotALog`] when it is the first line. `what` names the log in I/O errors.
 pub(crate) fn scan(
     reader: impl Read,
     what: &str,
@@ -194,7 +377,7 @@ pub(crate) fn scan(
     let mut run = TornRun::default();
     let total = for_each_line(
         reader,
-        |line| match run.line(line.number, line.offset, line.bytes) {
+        |line| match run.line(&line, expected) {
             Verdict::Event(event) => {
                 if event.seq != expected {
                     return Err(SessionError::Corrupt {
@@ -208,14 +391,21 @@ pub(crate) fn scan(
                 Ok(())
             }
             Verdict::Suspect => Ok(()),
-            Verdict::Corrupt(bad) => Err(SessionError::Corrupt {
-                line: bad.line,
-                reason: bad.reason,
-            }),
+            Verdict::Corrupt(bad) => Err(bad_line_error(bad)),
         },
         |e| SessionError::io(format!("reading {what}"), &e),
+        |number, _| {
+            if number == 1 {
+                SessionError::NotALog(format!("its first line: {}", too_long()))
+            } else {
+                SessionError::Corrupt {
+                    line: number,
+                    reason: too_long(),
+                }
+            }
+        },
     )?;
-    Ok(match run.finish() {
+    Ok(match run.finish().map_err(bad_line_error)? {
         Some(torn) => Tail {
             valid_len: torn.offset,
             torn_bytes: total - torn.offset,
@@ -232,8 +422,9 @@ pub(crate) fn scan(
 }
 
 /// [`scan`], with every whole event also checked by a [`Tracker`] before `each` sees it.
-/// A bad line anywhere is still [`SessionError::Corrupt`]; otherwise the first event that
-/// breaks an invariant is [`SessionError::Invariant`]. Returns the tail and the tracker, for
+/// The first fault in the file is the error: an event that breaks an invariant
+/// ([`SessionError::Invariant`]), or a bad line before any such event
+/// ([`SessionError::Corrupt`], [`SessionError::NotALog`]). Returns the tail and the tracker, for
 /// [`Tracker::finish`].
 pub(crate) fn scan_tracked(
     reader: impl Read,
@@ -242,15 +433,18 @@ pub(crate) fn scan_tracked(
 ) -> Result<(Tail, Tracker), SessionError> {
     let mut tracker = Tracker::default();
     let mut broken = None;
-    let tail = scan(reader, what, |e| {
+    let scanned = scan(reader, what, |e| {
         if broken.is_none() {
             broken = tracker.observe(&e).err();
         }
         each(e);
-    })?;
-    match broken {
-        Some(violation) => Err(violation.into()),
-        None => Ok((tail, tracker)),
+    });
+    // The first fault in the file wins: a broken event comes before any bad line the scan
+    // stopped at (it stops at the first).
+    match (broken, scanned) {
+        (Some(violation), _) => Err(violation.into()),
+        (None, Err(e)) => Err(e),
+        (None, Ok(tail)) => Ok((tail, tracker)),
     }
 }
 
@@ -284,9 +478,15 @@ pub(crate) struct Tracker {
 
 impl Tracker {
     pub fn observe(&mut self, event: &SessionEvent) -> Result<(), Violation> {
+        self.check.push(event)?;
         self.events += 1;
         self.max_step = self.max_step.max(event.step);
-        self.check.push(event)
+        Ok(())
+    }
+
+    /// What the checker says of the events so far taken as a whole log (no call may be open).
+    pub fn strict(&self) -> Result<CheckReport, Violation> {
+        self.check.clone().finish()
     }
 
     /// The synthesized `ABORTED` results for every open call (in call order, seqs following
@@ -321,7 +521,9 @@ impl Tracker {
             newline_added: tail.missing_newline,
             closed_calls,
             next_seq: seq,
-            next_step: self.max_step + 1,
+            // The checker refused any step past MAX_STEP, so this is at most MAX_STEP + 1: a
+            // step the scheduler then refuses to begin.
+            next_step: self.max_step.saturating_add(1),
         };
         Ok((closings, recovery))
     }
@@ -503,6 +705,77 @@ mod tests {
             scan_all(&bytes).unwrap_err(),
             SessionError::Corrupt { line: 1, .. }
         ));
+    }
+
+    #[test]
+    fn every_cut_of_an_event_line_is_a_torn_start_and_other_text_is_not() {
+        let mut meta = Map::new();
+        meta.insert(
+            "n".into(),
+            serde_json::json!([-1.5e-300, 2e300, -0.0, 12, true, null]),
+        );
+        let lines = [
+            call(7, 3, "日本語 \u{1F600} \"q\" \\ \u{1}").to_json_line(),
+            {
+                let mut e = call(7, 3, "c");
+                if let EventBody::ToolCall(d) = &mut e.body {
+                    d.arguments =
+                        serde_json::json!({"x": [-1.25e-7, 1e21, -3, u64::MAX, "\u{2028}é"]});
+                    d.parent = Some("p".into());
+                }
+                e.to_json_line()
+            },
+            SessionEvent {
+                seq: 7,
+                step: 3,
+                body: EventBody::result(
+                    ToolResultData {
+                        meta: Some(meta),
+                        ..aborted_result("c")
+                    },
+                    6,
+                ),
+            }
+            .to_json_line(),
+        ];
+        for line in &lines {
+            let bytes = line.as_bytes();
+            for cut in 1..bytes.len() {
+                let prefix = &bytes[..cut];
+                assert_eq!(
+                    not_a_torn_start(prefix, 7),
+                    None,
+                    "{:?}",
+                    String::from_utf8_lossy(prefix)
+                );
+                // With lost pages after it, too.
+                let zeros = [prefix, &[0u8; 9], b"xyz"].concat();
+                assert_eq!(not_a_torn_start(&zeros, 7), None);
+                // But not as the start of another seq.
+                assert!(not_a_torn_start(prefix, 8).is_none() == (cut <= 7), "{cut}");
+            }
+            assert!(
+                not_a_torn_start(bytes, 7).is_some(),
+                "a whole line is not cut"
+            );
+        }
+        for text in [
+            &b"# Notes"[..],
+            b"{\n",
+            b"[rules]",
+            b"{\"seq\":7,\"step\":3,\"type\":\"t\"}}",
+            b"{\"seq\":7,\"step\":3,,",
+            b"{\"seq\":7,\"step\":-",
+            b"{\"seq\":7,\"step\":1x",
+            b"{\"seq\":70",
+            b" {\"seq\":7",
+        ] {
+            assert!(
+                not_a_torn_start(text, 7).is_some(),
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 
     #[test]

@@ -177,8 +177,9 @@ pub fn rebuild(events: &[SessionEvent]) -> Transcript {
     builder.finish()
 }
 
+/// Opens a log to read: a regular file only (a FIFO or a device is refused before reading).
 fn open(path: &Path) -> Result<std::fs::File, SessionError> {
-    std::fs::File::open(path)
+    crate::open::for_reading(path)
         .map_err(|e| SessionError::io(format!("opening {}", path.display()), &e))
 }
 
@@ -186,8 +187,9 @@ fn open(path: &Path) -> Result<std::fs::File, SessionError> {
 /// a torn last line is left out, and every call without a result is followed (at the end) by
 /// the `ABORTED` result recovery would append. A bad line elsewhere is
 /// [`SessionError::Corrupt`], and whole events that break an invariant are
-/// [`SessionError::Invariant`], as opening the log would find. A file that does not exist is
-/// an error, not an empty log.
+/// [`SessionError::Invariant`], as opening the log would find; a file that is not a log is
+/// [`SessionError::NotALog`]. A file that does not exist is an error, not an empty log, and
+/// so is anything but a regular file.
 pub fn read_log(path: impl AsRef<Path>) -> Result<Vec<SessionEvent>, SessionError> {
     let path = path.as_ref();
     let shown = path.display().to_string();

@@ -13,10 +13,15 @@
 //! keeps no gap; a backend that cannot undo a failed write poisons the writer, and so does a
 //! failed commit that held a `tool/result` (its call would otherwise stay open under events
 //! of later steps, where recovery could no longer close it within its step).
+//!
+//! Before an event takes a seq, the writer makes sure dsh's own reader can read it back
+//! identical (`limits.rs`: nesting depth, line length, the largest seq and step); an event it
+//! could not is refused with [`SessionError::Refused`] and nothing of it is written.
 
 use crate::backend::{Durability, LogBackend};
 use crate::error::SessionError;
 use crate::inbox::{Ack, Inbox, Pushed, Queued};
+use crate::limits;
 use dsh_core::live::LiveActor;
 use dsh_core::{EventBody, SessionEvent};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -212,7 +217,24 @@ impl WriterState {
         result
     }
 
-    /// Gives `items` the next seqs, commits them as one group and answers each.
+    /// Poisons the writer because a `tool/result` is not in the log: its call is now open,
+    /// and whatever came after it (a later step) would leave that call unpairable within its
+    /// step. Recovery closes it only if it is still the last thing in the log.
+    fn lost_result(&mut self, e: &SessionError) {
+        if self.poisoned.is_none() {
+            let why = format!(
+                "a tool/result could not be recorded ({e}); no event may follow an unpaired \
+                 call: reopen the log to close it as ABORTED"
+            );
+            tracing::error!(reason = %why, "session writer poisoned");
+            self.poisoned = Some(why);
+        }
+    }
+
+    /// Gives `items` the next seqs, commits them as one group and answers each. An event that
+    /// dsh's reader could not read back identical ([`limits::admit`]) is answered
+    /// [`SessionError::Refused`] at once and takes no seq; a refused `tool/result` poisons the
+    /// writer (its call would stay open), and the events after it in the group are refused too.
     async fn commit_group(&mut self, items: impl ExactSizeIterator<Item = Queued>) {
         let n = items.len();
         if n == 0 {
@@ -228,14 +250,33 @@ impl WriterState {
         let mut events = Vec::with_capacity(n);
         let mut acks: Vec<Ack> = Vec::with_capacity(n);
         let mut has_result = false;
-        for (i, item) in items.enumerate() {
-            has_result |= matches!(item.body, EventBody::ToolResult { .. });
-            events.push(SessionEvent {
-                seq: first + i as u64,
+        for item in items {
+            if let Some(err) = self.refuse() {
+                let _ = item.reply.send(Err(err));
+                continue;
+            }
+            let is_result = matches!(item.body, EventBody::ToolResult { .. });
+            let event = SessionEvent {
+                seq: first.saturating_add(events.len() as u64),
                 step: item.step,
                 body: item.body,
-            });
+            };
+            if let Err(e) = limits::admit(&event) {
+                tracing::warn!(error = %e, seq = event.seq, "an append was refused");
+                self.unflushed_failure.get_or_insert_with(|| e.clone());
+                if is_result {
+                    self.lost_result(&e);
+                }
+                let _ = item.reply.send(Err(e));
+                continue;
+            }
+            has_result |= is_result;
+            events.push(event);
             acks.push(item.reply);
+        }
+        let n = events.len();
+        if n == 0 {
+            return;
         }
         let sync = self.durability != Durability::None;
         let result = self.commit(events, sync).await;
@@ -248,16 +289,8 @@ impl WriterState {
             Err(e) => {
                 tracing::warn!(error = %e, events = n, "a session log commit failed");
                 self.unflushed_failure.get_or_insert_with(|| e.clone());
-                if has_result && self.poisoned.is_none() {
-                    // Its call is now open in the log. Whatever came after it (a later step)
-                    // would leave that call unpairable within its step: recovery closes it
-                    // only if it is still the last thing in the log.
-                    let why = format!(
-                        "a tool/result could not be recorded ({e}); no event may follow an \
-                         unpaired call: reopen the log to close it as ABORTED"
-                    );
-                    tracing::error!(reason = %why, "session writer poisoned");
-                    self.poisoned = Some(why);
+                if has_result {
+                    self.lost_result(e);
                 }
             }
         }
