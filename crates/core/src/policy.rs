@@ -207,8 +207,6 @@ pub fn canonical_lenient(path: &Path) -> PathBuf {
 
 #[derive(Debug, Clone)]
 struct Protected {
-    /// As given, for messages.
-    given: PathBuf,
     /// Canonical (as far as it existed when protected).
     canonical: PathBuf,
     /// The file's identity when it was protected, if it existed.
@@ -222,7 +220,9 @@ struct Protected {
 /// compared as canonical paths; and, when the target exists, when it is the same file
 /// (device and inode) as a protected file, as it was when protected or as it is now, so a
 /// hard link or a symlink made to it is caught too. A path protected before it exists is
-/// protected from its creation on (its identity is taken at each check).
+/// protected from its creation on (its identity is taken at each check). A hard link made
+/// to a file inside a protected folder is not caught (only the folder's own identity is
+/// known); protect such files one by one.
 ///
 /// ```
 /// use dsh_core::{Access, PathPolicy, ProtectedPaths};
@@ -251,12 +251,10 @@ impl ProtectedPaths {
     /// Protects `path` (a file, or a folder and everything in it). Relative paths are taken
     /// from the current directory. Touches the disk (canonicalize, stat).
     pub fn protect(&mut self, path: impl AsRef<Path>) -> &mut Self {
-        let given = path.as_ref().to_path_buf();
-        let canonical = canonical_lenient(&given);
+        let canonical = canonical_lenient(path.as_ref());
         let identity = identity(&canonical);
         if !self.entries.iter().any(|e| e.canonical == canonical) {
             self.entries.push(Protected {
-                given,
                 canonical,
                 identity,
             });
@@ -299,11 +297,10 @@ impl PathPolicy for ProtectedPaths {
         if access != Access::Write {
             return None;
         }
-        self.hit(path).map(|e| {
+        // Where dsh keeps its files is not the model's business: the reason names none.
+        self.hit(path).map(|_| {
             format!(
-                "`{}` is one of dsh's own files ({}); {tool} may not change it, whatever the rules say",
-                path.display(),
-                e.given.display()
+                "it is one of dsh's own files; {tool} may not change it, whatever the rules say"
             )
         })
     }

@@ -33,7 +33,13 @@ async fn env() -> Env {
     std::fs::hard_link(env.root.join("session.jsonl"), env.root.join("hard")).unwrap();
     env.symlink("session.jsonl", "soft");
     env.symlink("out", "outlink");
-    for path in ["session.jsonl", "hard", "soft", "out/report.txt", "free.txt"] {
+    for path in [
+        "session.jsonl",
+        "hard",
+        "soft",
+        "out/report.txt",
+        "free.txt",
+    ] {
         ok(&env.call("read_file", json!({"path": path})).await);
     }
     env
@@ -83,7 +89,9 @@ async fn no_write_tool_touches_a_protected_file_by_any_name() {
     assert_eq!(env.get("free.txt"), "free\n");
     assert!(!env.exists("out/new.txt") && !env.exists("elsewhere.jsonl"));
     // Reading is not refused, and other files are written as usual.
-    ok(&env.call("read_file", json!({"path": "session.jsonl"})).await);
+    ok(&env
+        .call("read_file", json!({"path": "session.jsonl"}))
+        .await);
     ok(&env
         .call("write_file", json!({"path": "free.txt", "content": "ok\n"}))
         .await);

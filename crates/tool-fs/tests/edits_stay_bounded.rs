@@ -93,7 +93,10 @@ async fn a_patch_holding_too_much_in_all_is_refused() {
         &env.call("apply_patch", json!({"input": patch})).await,
         ErrorCode::ToolError,
     );
-    assert!(text.contains("the files this patch reads and writes"), "{text}");
+    assert!(
+        text.contains("the files this patch reads and writes"),
+        "{text}"
+    );
     for i in 0..8 {
         assert_eq!(env.get(&format!("f{i}.txt")), body);
     }

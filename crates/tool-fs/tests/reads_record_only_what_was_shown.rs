@@ -58,10 +58,16 @@ async fn a_read_that_showed_the_file_still_counts() {
     env.put("long.txt", "1\n2\n3\n");
     ok(&env.call("read_file", json!({"path": "empty.txt"})).await);
     ok(&env
-        .call("read_file", json!({"path": "long.txt", "offset": 2, "limit": 1}))
+        .call(
+            "read_file",
+            json!({"path": "long.txt", "offset": 2, "limit": 1}),
+        )
         .await);
     ok(&env
-        .call("write_file", json!({"path": "empty.txt", "content": "now\n"}))
+        .call(
+            "write_file",
+            json!({"path": "empty.txt", "content": "now\n"}),
+        )
         .await);
     ok(&env
         .call(

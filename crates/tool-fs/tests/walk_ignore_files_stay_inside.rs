@@ -69,8 +69,7 @@ async fn the_workspace_s_own_ignore_files_still_count_from_its_root_down() {
         .call("glob", json!({"pattern": "**/*", "path": "src"}))
         .await);
     assert_eq!(
-        text,
-        "2 files match `**/*`\nsrc/keep.log\nsrc/main.rs",
+        text, "2 files match `**/*`\nsrc/keep.log\nsrc/main.rs",
         "{text}"
     );
     let text = ok(&env

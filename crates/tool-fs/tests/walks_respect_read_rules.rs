@@ -33,7 +33,8 @@ fn nothing_hidden_leaks(text: &str) {
 async fn read_file_of_a_hidden_file_is_denied() {
     let env = env().await;
     err(
-        &env.call("read_file", json!({"path": "secrets/key.txt"})).await,
+        &env.call("read_file", json!({"path": "secrets/key.txt"}))
+            .await,
         ErrorCode::Denied,
     );
     env.close().await;
@@ -50,7 +51,7 @@ async fn grep_skips_hidden_files_and_says_how_many() {
     // `secrets` (not entered) and `.env`: `.env` is hidden anyway (a dotfile), so the rules
     // skip the one folder.
     assert!(
-        text.contains("1 entry hidden by the permission rules were skipped"),
+        text.contains("1 entry hidden by the permission rules was skipped"),
         "{text}"
     );
     let text = ok(&env
@@ -79,9 +80,15 @@ async fn glob_and_list_dir_do_not_list_hidden_names() {
     assert!(text.contains("src/config.rs"), "{text}");
     assert!(text.contains("hidden by the permission rules"), "{text}");
     let text = ok(&env.call("glob", json!({"pattern": "**/.env"})).await);
-    assert!(!text.contains(".env\n") && text.starts_with("No files"), "{text}");
+    assert!(
+        !text.contains(".env\n") && text.starts_with("No files"),
+        "{text}"
+    );
     let text = ok(&env.call("list_dir", json!({"path": "."})).await);
-    assert!(!text.contains("secrets") && !text.contains(".env"), "{text}");
+    assert!(
+        !text.contains("secrets") && !text.contains(".env"),
+        "{text}"
+    );
     assert!(
         text.contains("2 entries hidden by the permission rules were skipped"),
         "{text}"

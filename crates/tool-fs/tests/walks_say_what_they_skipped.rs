@@ -49,7 +49,10 @@ async fn a_match_before_a_nul_byte_is_not_passed_over_in_silence() {
     env.put("data.bin", b"password=hunter2\n\x00\x01\x02");
     env.put("plain.txt", b"nothing here\n");
     let text = ok(&env
-        .call("grep", json!({"pattern": "password", "output_mode": "content"}))
+        .call(
+            "grep",
+            json!({"pattern": "password", "output_mode": "content"}),
+        )
         .await);
     assert!(
         text.contains("1 binary file(s) (holding a NUL byte) also match")

@@ -101,10 +101,12 @@ pub(crate) fn skip_notes(value: &Value) -> Vec<String> {
     let mut notes = Vec::new();
     let hidden = count("hidden");
     if hidden > 0 {
-        let what = if hidden == 1 { "entry" } else { "entries" };
-        notes.push(format!(
-            "[{hidden} {what} hidden by the permission rules were skipped]"
-        ));
+        let what = if hidden == 1 {
+            "entry hidden by the permission rules was"
+        } else {
+            "entries hidden by the permission rules were"
+        };
+        notes.push(format!("[{hidden} {what} skipped]"));
     }
     let binary = count("binary");
     if binary > 0 {
