@@ -216,7 +216,7 @@ impl Search<'_> {
         searcher.search_file(&self.matcher, file, &mut sink).is_ok() && sink.matches > 0
     }
 
-    /// Searches one file found by the walker (`ino`: its inode as the walker saw it).
+    /// Searches one file found by the walker (`ino`: its inode when the walker listed it).
     fn file(&self, searcher: &mut Searcher, found: &Path, ino: Option<u64>) {
         let Some(rel) = relative_to(self.ws.root(), found) else {
             return;
@@ -304,7 +304,10 @@ impl Search<'_> {
                 }
                 match entry {
                     Ok(entry) if entry.file_type().is_some_and(|t| t.is_file()) => {
-                        self.file(&mut searcher, entry.path(), entry.ino());
+                        // From a stat, not the directory listing: on overlay file systems a
+                        // listing's inode numbers need not be the ones a stat gives.
+                        let ino = entry.metadata().ok().map(|m| m.ino());
+                        self.file(&mut searcher, entry.path(), ino);
                     }
                     Ok(_) => {}
                     Err(e) => walk_error(&self.skips, &e),
