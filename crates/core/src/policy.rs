@@ -89,7 +89,7 @@ pub trait PathPolicy: Send + Sync + fmt::Debug {
 /// Several policies as one: the first refusal wins. Cheap to clone (one `Arc`).
 ///
 /// ```
-/// use dsh_core::{Access, PathPolicies, ProtectedPaths};
+/// use dsh_core::{Access, PathPolicies, PathPolicy, ProtectedPaths};
 /// use std::path::Path;
 /// use std::sync::Arc;
 /// let dir = tempfile::tempdir().unwrap();
