@@ -163,7 +163,7 @@ pub async fn start(
     hooks.around(RetryLayer);
 
     // The harness installs the timeout innermost (each retry gets its own deadline).
-    let harness = match HarnessBuilder::new(registry)
+    let harness = match protect_own_files(HarnessBuilder::new(registry), log_path, options)
         .hooks(hooks)
         .timeout(TimeoutLayer::default().with_default_ms(options.timeout_ms))
         .approval(approve::responder(options.approve, stdin_free))
@@ -223,6 +223,26 @@ pub async fn start(
         log_path: log_path.to_path_buf(),
         hooks: command_hooks,
     })
+}
+
+/// dsh's own files, which no tool may write whatever the rules say (the tools check each
+/// resolved target, so a symlink or hard link to one is refused too): the log (even when it
+/// lies inside the workspace), and the files that set up this run.
+fn protect_own_files(
+    builder: HarnessBuilder,
+    log_path: &Path,
+    options: &PipelineOptions,
+) -> HarnessBuilder {
+    let mut builder = builder.protect(log_path);
+    for file in [&options.policy, &options.hooks, &options.mcp]
+        .into_iter()
+        .flatten()
+    {
+        builder = builder.protect(file);
+    }
+    // Still to protect here: the hook scripts the `--hooks` settings name, and the commands
+    // of the `--mcp` servers.
+    builder
 }
 
 /// Starts the `--mcp` servers and registers their tools.

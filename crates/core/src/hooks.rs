@@ -13,6 +13,7 @@
 
 use crate::around::Around;
 use crate::content::ContentBlock;
+use crate::policy::PathPolicy;
 use crate::result::FrozenResult;
 use crate::tool::ToolDefinition;
 use async_trait::async_trait;
@@ -162,6 +163,14 @@ pub trait PreExecuteHandler: Send + Sync {
         &self,
         call: &PreExecuteContext<'_>,
     ) -> Result<PreExecuteOutcome, HookError>;
+
+    /// The same rules as a [`PathPolicy`], for the paths a call touches without naming them
+    /// (each file a walk visits) and for the paths it names, asked again as they are used.
+    /// The pipeline collects it once, when it is built, into every body's
+    /// [`crate::ToolContext::policy`]. `None` (the default): this handler judges calls only.
+    fn path_policy(&self) -> Option<Arc<dyn PathPolicy>> {
+        None
+    }
 }
 
 /// What a post-execute handler sees: a successful body's result.

@@ -24,6 +24,7 @@ pub mod error;
 pub mod event;
 pub mod hooks;
 pub mod live;
+pub mod policy;
 pub mod registry;
 pub mod result;
 pub mod signal;
@@ -40,6 +41,7 @@ pub use hooks::{
     PostExecuteHandler, PostExecuteOutcome, PreExecuteContext, PreExecuteHandler,
     PreExecuteOutcome, PreToolDecision, Replacement, ResultObserver,
 };
+pub use policy::{Access, PathPolicies, PathPolicy, ProtectedPaths};
 pub use registry::{RegisteredTool, ToolRegistry};
 pub use result::{DeferredMessage, FrozenResult, ToolError};
 pub use signal::{CancelHandle, CancelReason, Signal};

@@ -3,6 +3,7 @@
 use crate::content::ContentBlock;
 use crate::dispatcher::SubCallDispatcher;
 use crate::error::ErrorCode;
+use crate::policy::PathPolicies;
 use crate::signal::Signal;
 use async_trait::async_trait;
 use serde_json::Value;
@@ -91,6 +92,9 @@ pub struct ToolContext {
     pub attempt: u32,
     /// Sends sub-calls back through the whole pipeline (code mode).
     pub dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+    /// The pipeline's path policies: a body asks them about every path it reads or writes
+    /// (see [`crate::policy`]). A sub-context (code mode) carries its parent's.
+    pub policy: PathPolicies,
 }
 
 impl fmt::Debug for ToolContext {
@@ -120,6 +124,7 @@ impl ToolContext {
             signal: Signal::never(),
             attempt: 1,
             dispatcher: None,
+            policy: PathPolicies::none(),
         }
     }
 }

@@ -184,7 +184,9 @@ fn edit_model(
     Ok((out, starts.len()))
 }
 
-/// The path resolver: whatever it accepts stays inside the workspace root.
+/// The path resolver: whatever it accepts stays inside the workspace root. Then the walks
+/// (`walk` below): a file the path policy hides never shows, whatever its name and the
+/// ignore files around it.
 pub fn path(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let root = Path::new("/work/space");
@@ -200,6 +202,119 @@ pub fn path(data: &[u8]) {
             "{text:?} resolved outside the root: {resolved:?}"
         );
     }
+    walk(&text);
+}
+
+/// What a hidden file and a file outside the workspace hold: never in any walk's output.
+const HIDDEN: &str = "FUZZ-HIDDEN-SENTINEL";
+const OUTSIDE: &str = "FUZZ-OUTSIDE-SENTINEL";
+
+/// Refuses reading one path (and what is inside it, if it is a folder).
+#[derive(Debug)]
+struct HideOne(std::path::PathBuf);
+
+impl dsh_core::PathPolicy for HideOne {
+    fn refuses(&self, _: &str, access: dsh_core::Access, path: &Path) -> Option<String> {
+        (access == dsh_core::Access::Read && path.starts_with(&self.0)).then(|| "hidden".into())
+    }
+}
+
+/// The walks of `grep`, `glob` and `list_dir`, on a workspace made from the input: its first
+/// line names a file (holding [`HIDDEN`]) that the path policy hides, the other lines are the
+/// root's `.gitignore` (whitelists, hidden names, ...), and `sub/.ignore` is a symlink to a
+/// file outside holding the same lines and [`OUTSIDE`]. Whatever the names and the ignore
+/// lines, no output shows the hidden file's name or content, nor the outside file's.
+fn walk(text: &str) {
+    let (first, ignore) = text.split_once('\n').unwrap_or((text, ""));
+    let Ok(rel) = dsh_tool_fs::sandbox::normalize(Path::new("/"), first) else {
+        return;
+    };
+    let names: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
+    if names.is_empty()
+        || names.len() > 6
+        || names.len() != rel.iter().count()
+        || first.len() > 200
+        || names.iter().any(|n| n.contains(['*', '?', '[', '{', '\\']))
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let base = dir.path().canonicalize().expect("a canonical temp dir");
+    let (ws, outside) = (base.join("ws"), base.join("outside.txt"));
+    let target = ws.join(&rel);
+    let made = std::fs::create_dir_all(target.parent().unwrap_or(&ws))
+        .and_then(|()| std::fs::write(&target, format!("{HIDDEN}\n")))
+        .and_then(|()| std::fs::write(&outside, format!("{ignore}\n{OUTSIDE}\n")))
+        .and_then(|()| std::fs::create_dir_all(ws.join("sub")))
+        .and_then(|()| std::os::unix::fs::symlink(&outside, ws.join("sub/.ignore")))
+        .and_then(|()| std::fs::write(ws.join("sub/seen.txt"), "x\n"));
+    if made.is_err() {
+        // A name the file system refuses, or one that collides with `sub`.
+        return;
+    }
+    if !ignore.is_empty() && !ws.join(".gitignore").exists() {
+        let _ = std::fs::write(ws.join(".gitignore"), ignore);
+    }
+    let policy = dsh_core::PathPolicies::new(vec![std::sync::Arc::new(HideOne(target.clone()))]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let toolset = dsh_tool_fs::FsToolset::builder(&ws)
+            .build()
+            .await
+            .expect("the toolset");
+        let hidden_name = rel.to_string_lossy().into_owned();
+        for (tool, args) in [
+            (
+                "grep",
+                serde_json::json!({"pattern": "SENTINEL", "output_mode": "content"}),
+            ),
+            (
+                "grep",
+                serde_json::json!({"pattern": "SENTINEL", "glob": first}),
+            ),
+            (
+                "grep",
+                serde_json::json!({"pattern": "SENTINEL", "glob": "**"}),
+            ),
+            ("glob", serde_json::json!({"pattern": "**"})),
+            ("glob", serde_json::json!({"pattern": "**/.*"})),
+            ("glob", serde_json::json!({"pattern": first})),
+            ("list_dir", serde_json::json!({"path": "."})),
+        ] {
+            let definition = toolset
+                .tools()
+                .into_iter()
+                .find(|t| t.name() == tool)
+                .expect("the tool");
+            let ctx = dsh_core::ToolContext {
+                policy: policy.clone(),
+                ..dsh_core::ToolContext::detached("fuzz")
+            };
+            let Ok(value) = definition.execute(args.clone(), ctx).await else {
+                continue;
+            };
+            let shown: String = definition
+                .present(&value)
+                .iter()
+                .filter_map(|b| b.as_text())
+                .collect();
+            assert!(
+                !shown.contains(HIDDEN) && !shown.contains(OUTSIDE),
+                "{tool} {args} showed a sentinel:\n{shown}"
+            );
+            let listed = shown.lines().any(|l| {
+                l == hidden_name
+                    || [":", "-", "  (", "@"]
+                        .iter()
+                        .any(|after| l.starts_with(&format!("{hidden_name}{after}")))
+            });
+            assert!(!listed, "{tool} {args} listed the hidden file:\n{shown}");
+        }
+        toolset.shutdown().await;
+    });
 }
 
 /// Log recovery: any bytes either recover into a log that passes the checker, or are refused

@@ -26,14 +26,40 @@
 //!   its name, and a folder rule must also cover the folder itself.
 //! - A pattern starting with `/` names an absolute path; such a pattern only matches subjects
 //!   outside the root (inside it, subjects are relative).
+//! - A pattern ending in `/**` also covers the folder itself: `grep(secrets/**)` stops a
+//!   `grep` rooted at `secrets`, which would read everything the rule covers.
+//!
+//! ## The same rules for the paths a call does not name
+//!
+//! The rules are also a [`PathPolicy`] ([`PreExecuteHandler::path_policy`]), asked by the
+//! tools about each path they touch, absolute and resolved (so the rules need
+//! [`PermissionRules::with_root`]):
+//!
+//! - **Reading** (`Access::Read`: a file's content, or a name in a listing). Every file a
+//!   walk visits must pass the rules `read_file` would: an entry is hidden when a `deny` or
+//!   `ask` rule with a pattern covers it, for the walking tool or for `read_file`
+//!   (`grep` skips what `read_file(secrets/**)` covers), or when a `deny` or `ask` rule
+//!   without a pattern names `read_file` and not the walking tool. An `ask` rule hides because
+//!   a walk cannot stop to ask about each file. A rule without a pattern that names the
+//!   walking tool itself was judged when the call was let through, so it hides nothing.
+//! - **Writing** (`Access::Write`): a `deny` or `ask` rule with a pattern, for the writing
+//!   tool, that covers the target.
+//! - A path the call named was put to the waterfall (and to the approver, for an `ask`)
+//!   already: asked again as it is used ([`PathPolicy::forbids`]), only the `deny` rules
+//!   refuse it, so an approved call is not refused by the rule that asked.
 
 use crate::error::GuardsError;
 use async_trait::async_trait;
 use dsh_core::hooks::{HookError, PreExecuteContext, PreExecuteHandler, PreExecuteOutcome};
+use dsh_core::{Access, PathPolicy};
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Deserialize;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+/// The tool whose rules every read must also pass.
+const READ_FILE: &str = "read_file";
 
 /// Which list a rule is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,6 +81,9 @@ pub struct Rule {
     /// A pattern with a `/` (not counting a trailing one) is matched against the path and its
     /// ancestors from the root; one without is matched against each component, at any depth.
     anchored: bool,
+    /// For a pattern ending in `/**`, the pattern without it: the folder itself is covered
+    /// too, since a search rooted there reads everything the rule covers.
+    folder: Option<GlobMatcher>,
 }
 
 impl fmt::Debug for Rule {
@@ -109,6 +138,10 @@ impl Rule {
             Some(p) => Some(strip_trailing_slashes(p)),
             None => None,
         };
+        let folder = match pattern.map(folder_of) {
+            Some(Some(f)) => Some(glob(f, text)?),
+            _ => None,
+        };
         Ok(Rule {
             source: trimmed.to_string(),
             tool: glob(tool, text)?,
@@ -117,6 +150,7 @@ impl Rule {
                 None => None,
             },
             anchored: pattern.is_some_and(|p| p.contains('/')),
+            folder,
         })
     }
 
@@ -145,6 +179,9 @@ impl Rule {
         if pattern.is_match(subject) {
             return true;
         }
+        if self.folder.as_ref().is_some_and(|f| f.is_match(subject)) {
+            return true;
+        }
         if self.anchored {
             // Every proper prefix ending before a `/`: `a/b/c` gives `a`, `a/b`.
             subject
@@ -164,6 +201,32 @@ impl Rule {
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// A rule with a pattern that covers `subject` (already normalized), for `tool`.
+    fn covers_for(&self, tool: &str, subject: &str) -> bool {
+        self.tool.is_match(tool)
+            && self
+                .pattern
+                .as_ref()
+                .is_some_and(|p| self.covers(p, subject))
+    }
+
+    /// Whether this rule keeps `tool` from reading `subject` unasked (see the module docs).
+    fn hides_read(&self, tool: &str, subject: &str) -> bool {
+        match &self.pattern {
+            Some(_) => self.covers_for(tool, subject) || self.covers_for(READ_FILE, subject),
+            None => self.tool.is_match(READ_FILE) && !self.tool.is_match(tool),
+        }
+    }
+}
+
+/// `a/**` (or `a/**/**`) is `a`: the folder whose whole content the pattern covers.
+fn folder_of(pattern: &str) -> Option<&str> {
+    let mut folder = pattern;
+    while let Some(rest) = folder.strip_suffix("/**") {
+        folder = rest;
+    }
+    (folder.len() < pattern.len() && !folder.is_empty()).then_some(folder)
 }
 
 /// `a/` is `a`; `/` stays `/`.
@@ -187,7 +250,8 @@ struct RulesFile {
     deny: Vec<String>,
 }
 
-/// The permission-rules pre-execute handler.
+/// The permission-rules pre-execute handler, and the same rules as a [`PathPolicy`]. Cheap
+/// to clone (the rule lists are shared).
 ///
 /// ```
 /// use dsh_guards::{PermissionRules, RuleClass};
@@ -201,10 +265,17 @@ struct RulesFile {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct PermissionRules {
-    allow: Vec<Rule>,
-    ask: Vec<Rule>,
-    deny: Vec<Rule>,
-    root: Option<PathBuf>,
+    allow: Arc<Vec<Rule>>,
+    ask: Arc<Vec<Rule>>,
+    deny: Arc<Vec<Rule>>,
+    root: Option<Arc<Root>>,
+}
+
+/// The workspace root, as given and canonical: the policy is asked about resolved paths.
+#[derive(Debug)]
+struct Root {
+    given: PathBuf,
+    canonical: Option<PathBuf>,
 }
 
 impl PermissionRules {
@@ -216,26 +287,31 @@ impl PermissionRules {
             list.iter().map(|r| Rule::parse(r)).collect()
         };
         Ok(PermissionRules {
-            allow: parse(file.allow)?,
-            ask: parse(file.ask)?,
-            deny: parse(file.deny)?,
+            allow: Arc::new(parse(file.allow)?),
+            ask: Arc::new(parse(file.ask)?),
+            deny: Arc::new(parse(file.deny)?),
             root: None,
         })
     }
 
-    /// Absolute paths under `root` are matched as paths relative to it.
+    /// Absolute paths under `root` (as given, or canonical) are matched as paths relative to
+    /// it. The path policy is asked about resolved paths: without a root, rules with
+    /// relative patterns cover none of them.
     pub fn with_root(mut self, root: impl Into<PathBuf>) -> Self {
-        self.root = Some(root.into());
+        let given = root.into();
+        let canonical = given.canonicalize().ok().filter(|c| *c != given);
+        self.root = Some(Arc::new(Root { given, canonical }));
         self
     }
 
     /// Adds a rule to a list.
     pub fn add(&mut self, class: RuleClass, rule: Rule) -> &mut Self {
-        match class {
-            RuleClass::Allow => self.allow.push(rule),
-            RuleClass::Ask => self.ask.push(rule),
-            RuleClass::Deny => self.deny.push(rule),
-        }
+        let list = match class {
+            RuleClass::Allow => &mut self.allow,
+            RuleClass::Ask => &mut self.ask,
+            RuleClass::Deny => &mut self.deny,
+        };
+        Arc::make_mut(list).push(rule);
         self
     }
 
@@ -243,9 +319,9 @@ impl PermissionRules {
     pub fn classify(&self, tool: &str, subjects: &[String]) -> Option<(RuleClass, &Rule)> {
         let subjects: Vec<String> = subjects.iter().map(|s| self.normalize(s)).collect();
         [
-            (RuleClass::Deny, &self.deny),
-            (RuleClass::Ask, &self.ask),
-            (RuleClass::Allow, &self.allow),
+            (RuleClass::Deny, &*self.deny),
+            (RuleClass::Ask, &*self.ask),
+            (RuleClass::Allow, &*self.allow),
         ]
         .into_iter()
         .find_map(|(class, rules)| {
@@ -260,7 +336,14 @@ impl PermissionRules {
     fn normalize(&self, subject: &str) -> String {
         let path = Path::new(subject);
         let relative = match &self.root {
-            Some(root) if path.is_absolute() => path.strip_prefix(root).unwrap_or(path),
+            Some(root) if path.is_absolute() => path
+                .strip_prefix(&root.given)
+                .ok()
+                .or_else(|| {
+                    let canonical = root.canonical.as_ref()?;
+                    path.strip_prefix(canonical).ok()
+                })
+                .unwrap_or(path),
             _ => path,
         };
         let mut out: Vec<&std::ffi::OsStr> = Vec::new();
@@ -311,6 +394,46 @@ impl PreExecuteHandler for PermissionRules {
             )),
             Some((RuleClass::Allow, _)) | None => PreExecuteOutcome::allow(),
         })
+    }
+
+    fn path_policy(&self) -> Option<Arc<dyn PathPolicy>> {
+        Some(Arc::new(self.clone()))
+    }
+}
+
+impl PermissionRules {
+    /// The first rule of `lists` (strictest first) that keeps `tool` from `access`ing `path`.
+    fn keeping<'a>(
+        &self,
+        lists: &[&'a [Rule]],
+        tool: &str,
+        access: Access,
+        path: &Path,
+    ) -> Option<&'a Rule> {
+        let subject = self.normalize(&path.to_string_lossy());
+        lists
+            .iter()
+            .flat_map(|l| l.iter())
+            .find(|rule| match access {
+                Access::Read => rule.hides_read(tool, &subject),
+                Access::Write => rule.covers_for(tool, &subject),
+            })
+    }
+}
+
+impl PathPolicy for PermissionRules {
+    fn refuses(&self, tool: &str, access: Access, path: &Path) -> Option<String> {
+        let verb = match access {
+            Access::Read => "hidden",
+            Access::Write => "refused",
+        };
+        self.keeping(&[&self.deny, &self.ask], tool, access, path)
+            .map(|rule| format!("{verb} by permission rule `{}`", rule.source()))
+    }
+
+    fn forbids(&self, tool: &str, access: Access, path: &Path) -> Option<String> {
+        self.keeping(&[&self.deny], tool, access, path)
+            .map(|rule| format!("denied by permission rule `{}`", rule.source()))
     }
 }
 
@@ -528,5 +651,135 @@ mod tests {
         assert_eq!(class(".git/config"), Some(RuleClass::Deny));
         assert_eq!(class("docs/a.md"), Some(RuleClass::Ask));
         assert_eq!(class("README.md"), Some(RuleClass::Allow));
+    }
+
+    #[test]
+    fn a_folder_pattern_also_covers_a_search_rooted_at_the_folder() {
+        let rules = PermissionRules::from_toml(
+            r#"deny = ["grep(secrets/**)", "glob(**/private/**)", "grep(logs/*)"]"#,
+        )
+        .unwrap();
+        assert!(denied(&rules, "grep", "secrets"));
+        assert!(denied(&rules, "grep", "./secrets/"));
+        assert!(denied(&rules, "glob", "a/b/private"));
+        assert!(!denied(&rules, "grep", "secretsx"));
+        assert!(
+            !denied(&rules, "grep", "logs"),
+            "only `/**` covers the folder"
+        );
+        assert!(!denied(&rules, "grep", "."));
+    }
+
+    fn policy(toml: &str) -> PermissionRules {
+        PermissionRules::from_toml(toml).unwrap().with_root("/ws")
+    }
+
+    fn hides(rules: &PermissionRules, tool: &str, path: &str) -> bool {
+        rules
+            .refuses(tool, Access::Read, &Path::new("/ws").join(path))
+            .is_some()
+    }
+
+    #[test]
+    fn reads_unasked_pass_the_rules_of_read_file_and_of_the_tool() {
+        let rules = policy(r#"deny = ["*(secrets/**)", "*(.env)", "read_file(*.pem)"]"#);
+        for p in [
+            "secrets",
+            "secrets/key.txt",
+            ".env",
+            "sub/.env",
+            "certs/a.pem",
+        ] {
+            assert!(hides(&rules, "grep", p), "{p}");
+            assert!(hides(&rules, "list_dir", p), "{p}");
+        }
+        for p in ["src/lib.rs", "secretsx/a", ".envrc", "README.md"] {
+            assert!(!hides(&rules, "grep", p), "{p}");
+        }
+        let glob_only = policy(r#"deny = ["glob(docs/**)"]"#);
+        assert!(hides(&glob_only, "glob", "docs/a.md"));
+        assert!(
+            !hides(&glob_only, "grep", "docs/a.md"),
+            "another tool's rule"
+        );
+    }
+
+    #[test]
+    fn ask_hides_from_a_walk_but_an_approved_named_path_is_not_forbidden() {
+        let rules = policy(r#"ask = ["read_file(notes/**)", "write_file(docs/**)"]"#);
+        let at = |p: &str| Path::new("/ws").join(p);
+        assert!(hides(&rules, "grep", "notes/a.txt"), "a walk cannot ask");
+        assert!(
+            rules
+                .forbids("read_file", Access::Read, &at("notes/a.txt"))
+                .is_none(),
+            "the call that named it was asked about it"
+        );
+        assert!(
+            rules
+                .refuses("write_file", Access::Write, &at("docs/a.md"))
+                .is_some()
+        );
+        assert!(
+            rules
+                .forbids("write_file", Access::Write, &at("docs/a.md"))
+                .is_none()
+        );
+        let deny = policy(r#"deny = ["write_file(docs/**)"]"#);
+        assert!(
+            deny.forbids("write_file", Access::Write, &at("docs/a.md"))
+                .is_some()
+        );
+        assert!(
+            deny.forbids("edit_file", Access::Write, &at("docs/a.md"))
+                .is_none(),
+            "writes pass the writing tool's rules"
+        );
+    }
+
+    #[test]
+    fn rules_without_a_pattern_hide_only_what_read_file_may_not_read() {
+        let deny_read = policy(r#"deny = ["read_file"]"#);
+        assert!(hides(&deny_read, "grep", "src/lib.rs"));
+        let ask_all = policy(r#"ask = ["*"]"#);
+        assert!(
+            !hides(&ask_all, "grep", "src/lib.rs"),
+            "judged (and approved) with the grep call itself"
+        );
+        let ask_grep = policy(r#"ask = ["grep"]"#);
+        assert!(!hides(&ask_grep, "grep", "src/lib.rs"));
+        assert!(
+            ask_grep
+                .refuses("write_file", Access::Write, Path::new("/ws/a"))
+                .is_none(),
+            "a rule about running a tool is not a rule about paths"
+        );
+    }
+
+    #[test]
+    fn the_policy_matches_canonical_paths_under_a_root_given_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("alias")).unwrap();
+        let rules = PermissionRules::from_toml(r#"deny = ["*(secrets/**)"]"#)
+            .unwrap()
+            .with_root(dir.path().join("alias"));
+        let canonical = real.canonicalize().unwrap().join("secrets/k");
+        assert!(rules.refuses("grep", Access::Read, &canonical).is_some());
+    }
+
+    #[test]
+    fn clones_share_the_rule_lists() {
+        let rules = policy(r#"deny = ["*(secrets/**)"]"#);
+        let copy = rules.clone();
+        assert!(Arc::ptr_eq(&rules.deny, &copy.deny));
+        let handler: &dyn PreExecuteHandler = &rules;
+        let policy = handler.path_policy().unwrap();
+        assert!(
+            policy
+                .refuses("glob", Access::Read, Path::new("/ws/secrets/a"))
+                .is_some()
+        );
     }
 }

@@ -7,14 +7,14 @@ use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::scheduler::{Scheduler, SchedulerArgs, SchedulerConfig, SchedulerMsg};
 use crate::step::{CancelTarget, StepOutcome, StepRequest};
 use dsh_core::around::TimeoutLayer;
-use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
+use dsh_core::{ApprovalResponder, Hooks, ProtectedPaths, ToolRegistry};
 use dsh_guards::GuardSet;
 use dsh_session::{Durability, Recovery, SessionError, SessionLog};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorId, ActorRef, ActorStatus};
 use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -72,6 +72,7 @@ pub struct HarnessBuilder {
     store: SessionStore,
     timeout: TimeoutChoice,
     supervisor: Option<ActorCell>,
+    protected: ProtectedPaths,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -97,7 +98,19 @@ impl HarnessBuilder {
             store: SessionStore::Memory,
             timeout: TimeoutChoice::Default,
             supervisor: None,
+            protected: ProtectedPaths::new(),
         }
+    }
+
+    /// Protects `path`, one of the embedder's own files (a session log, a policy file, a
+    /// hook script, an output folder and everything in it): no tool may write it, whatever
+    /// the rules or an approver say. May be called any number of times. The check is made
+    /// by the tools as they write (`ToolContext::policy`), on the resolved target, so a
+    /// symlink or a hard link to a protected file is refused too; a path may be protected
+    /// before it exists. Reading is not refused.
+    pub fn protect(mut self, path: impl AsRef<Path>) -> Self {
+        self.protected.protect(path);
+        self
     }
 
     /// Where sessions opened by id keep their logs (by default in memory).
@@ -184,13 +197,16 @@ impl HarnessBuilder {
             TimeoutChoice::Off => {}
         }
         Ok(Harness {
-            pipeline: Arc::new(Pipeline::new(
-                self.registry,
-                Arc::new(hooks),
-                guards,
-                self.approval,
-                self.config,
-            )),
+            pipeline: Arc::new(
+                Pipeline::new(
+                    self.registry,
+                    Arc::new(hooks),
+                    guards,
+                    self.approval,
+                    self.config,
+                )
+                .protect(self.protected),
+            ),
             store: self.store,
             table: Arc::default(),
             owns_guards,

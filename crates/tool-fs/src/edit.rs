@@ -47,6 +47,27 @@ pub fn apply_edit(
     new: &str,
     replace_all: bool,
 ) -> Result<Edited, FsError> {
+    apply_edit_within(content, old, new, replace_all, usize::MAX)
+}
+
+/// [`apply_edit`], refusing an edit whose result would be longer than `max_bytes`. The size
+/// is computed from the number of occurrences before the new text is built, so a huge
+/// result is never allocated: the memory an edit takes is bounded by its input and the limit.
+///
+/// ```
+/// use dsh_tool_fs::edit::apply_edit_within;
+/// let big = "a".repeat(1000);
+/// let err = apply_edit_within(&big, "a", &"b".repeat(1000), true, 4096).unwrap_err();
+/// assert!(err.to_string().contains("1000000 bytes"), "{err}");
+/// assert_eq!(apply_edit_within("ab", "a", "c", false, 2).unwrap().content, "cb");
+/// ```
+pub fn apply_edit_within(
+    content: &str,
+    old: &str,
+    new: &str,
+    replace_all: bool,
+    max_bytes: usize,
+) -> Result<Edited, FsError> {
     if old.is_empty() {
         return Err(FsError::EditEmptyOld);
     }
@@ -65,6 +86,17 @@ pub fn apply_edit(
         (old.to_string(), new.to_string())
     };
     let count = content.matches(old.as_str()).count();
+    let replaced = if replace_all { count } else { count.min(1) };
+    // In u128: 2^64 occurrences of a 2^64-byte string cannot overflow it.
+    let size = content.len() as u128 - (replaced as u128) * (old.len() as u128)
+        + (replaced as u128) * (new.len() as u128);
+    if (count == 1 || replace_all) && size > max_bytes as u128 {
+        return Err(FsError::TooLarge {
+            what: "the edited file",
+            size: u64::try_from(size).unwrap_or(u64::MAX),
+            limit: max_bytes as u64,
+        });
+    }
     match count {
         0 => Err(FsError::EditNoMatch),
         1 => Ok(Edited {
@@ -119,6 +151,22 @@ mod tests {
         // Old already written with CRLF matches as is.
         let e = apply_edit("a\r\nb\r\n", "a\r\nb", "c\r\nd", false).unwrap();
         assert_eq!(e.content, "c\r\nd\r\n");
+    }
+
+    #[test]
+    fn an_edit_past_the_limit_is_refused_before_it_is_built() {
+        // What took 4 GB and aborted the process: 2 MB of `a`, each replaced by 4 KB.
+        let content = "a".repeat(2 * 1024 * 1024);
+        let new = "x".repeat(4096);
+        let err = apply_edit_within(&content, "a", &new, true, 10 * 1024 * 1024).unwrap_err();
+        assert!(
+            matches!(err, FsError::TooLarge { size, .. } if size == 2 * 1024 * 1024 * 4096),
+            "{err}"
+        );
+        // A shrinking or growing edit within the limit goes through.
+        let e = apply_edit_within("aaaa", "a", "bb", true, 8).unwrap();
+        assert_eq!(e.content, "bbbbbbbb");
+        assert!(apply_edit_within("aaaa", "a", "bb", true, 7).is_err());
     }
 
     #[test]

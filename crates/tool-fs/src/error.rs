@@ -98,7 +98,7 @@ pub enum FsError {
         source: std::io::Error,
     },
     /// A file-system operation failed.
-    #[error("{what} `{path}` failed: {source}")]
+    #[error("{what} `{}` failed: {source}", quote_path(.path))]
     Io {
         /// The operation (`reading`, `writing`, ...).
         what: &'static str,
@@ -116,7 +116,7 @@ pub enum FsError {
         message: String,
     },
     /// A hunk of an `*** Update File:` section does not apply.
-    #[error("`{path}`, hunk {hunk}: {message}")]
+    #[error("`{}`, hunk {hunk}: {message}", quote_path(.path))]
     PatchHunk {
         /// The file.
         path: String,
@@ -126,7 +126,7 @@ pub enum FsError {
         message: String,
     },
     /// A patch operation that cannot be done (a missing file, a path touched twice, ...).
-    #[error("`{path}`: {message}")]
+    #[error("`{}`: {message}", quote_path(.path))]
     PatchFile {
         /// The file.
         path: String,
@@ -150,6 +150,16 @@ pub enum FsError {
     /// `old_string` equals `new_string`.
     #[error("old_string and new_string are identical; there is nothing to change")]
     EditNoop,
+    /// What a change would make is over a size limit; nothing was built nor written.
+    #[error("{what} would be {size} bytes, over the {limit}-byte limit; it is refused")]
+    TooLarge {
+        /// What is too large.
+        what: &'static str,
+        /// Its size, in bytes.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// The fs-intent monitor could not be asked.
     #[error("the fs-intent monitor is unavailable: {0}")]
     MonitorUnavailable(String),

@@ -22,9 +22,29 @@
 //!    refuses on its own a path that leads outside, so a symlink swapped in after the check
 //!    cannot be used to escape.
 //!
+//! Every path a tool touches is also put to the pipeline's path policy
+//! ([`dsh_core::ToolContext::policy`]: the permission rules, and the files the harness
+//! protects), resolved, as it is used:
+//!
+//! - `grep`, `glob` and `list_dir` skip each entry the rules hide from `read_file` (a hidden
+//!   folder is not entered) and say how many they skipped, never which; they read ignore
+//!   files only inside the workspace and never through a symlink, and they say what they
+//!   could not search (paths past `PATH_MAX`, unreadable folders, binary files that match);
+//! - `read_file` refuses a path the rules deny;
+//! - `write_file`, `edit_file` and `apply_patch` refuse every target (each add, update,
+//!   delete, move source and destination) the policy forbids, before reading it and again
+//!   just before writing: dsh's own files (the log, the policy, ...) whatever the rules say,
+//!   through a symlink or a hard link too.
+//!
+//! A change is sized before it is built: an edit or a patch whose result would pass
+//! [`Limits::max_file_bytes`] (or a patch holding more than [`Limits::max_patch_bytes`]) is
+//! refused, so a call's memory stays bounded whatever its arguments.
+//!
 //! Before a mutation a tool announces it at `fs/write-intent` or `fs/edit-intent`; the
 //! [`FsIntentMonitor`] (an actor) enforces read-before-edit there, and more
-//! [`FsIntentHandler`]s can be added with [`FsToolset::on_intent`].
+//! [`FsIntentHandler`]s can be added with [`FsToolset::on_intent`]. Only a read that showed
+//! the model the file records a read (not a binary file, not an offset past the end), with
+//! the hash of the bytes shown, and the record is in place before the read returns.
 //!
 //! ```
 //! use std::sync::Arc;

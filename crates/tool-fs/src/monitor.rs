@@ -35,6 +35,8 @@ pub enum MonitorMsg {
         path: String,
         /// Its hash.
         hash: ContentHash,
+        /// Answered once the record is in place.
+        done: Option<RpcReplyPort<()>>,
     },
     /// May `agent` change `path`, which now hashes to `current` (`None`: it does not exist)?
     CheckIntent {
@@ -119,8 +121,17 @@ impl Actor for MonitorActor {
         state: &mut MonitorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            MonitorMsg::RecordRead { agent, path, hash } => {
+            MonitorMsg::RecordRead {
+                agent,
+                path,
+                hash,
+                done,
+            } => {
                 state.records.entry(agent).or_default().insert(path, hash);
+                if let Some(done) = done {
+                    // The reader may have given up waiting; the record stands anyway.
+                    let _ = done.send(());
+                }
             }
             MonitorMsg::CheckIntent {
                 agent,
@@ -180,15 +191,35 @@ impl FsIntentMonitor {
         })
     }
 
-    /// Records a read. Fire-and-forget: the mailbox keeps it ahead of any later check.
-    pub fn record_read(&self, agent: &str, path: &str, hash: ContentHash) {
-        let sent = self.actor.send_message(MonitorMsg::RecordRead {
-            agent: agent.to_string(),
-            path: path.to_string(),
-            hash,
-        });
-        if let Err(e) = sent {
-            tracing::warn!(error = %e, path, "fs-intent monitor gone; read not recorded");
+    /// Records that `agent` was shown `path`, whose bytes (the ones the content shown was
+    /// made from) hash to `hash`, and waits until the record is in place: a read's result is
+    /// returned only once a write that follows it can see the record.
+    pub async fn record_read(
+        &self,
+        agent: &str,
+        path: &str,
+        hash: ContentHash,
+    ) -> Result<(), FsError> {
+        let (agent, path) = (agent.to_string(), path.to_string());
+        let answer = self
+            .actor
+            .call(
+                |done| MonitorMsg::RecordRead {
+                    agent,
+                    path,
+                    hash,
+                    done: Some(done),
+                },
+                Some(self.timeout),
+            )
+            .await;
+        match answer {
+            Ok(CallResult::Success(())) => Ok(()),
+            Ok(CallResult::Timeout) => Err(FsError::MonitorUnavailable("no answer in time".into())),
+            Ok(CallResult::SenderError) => Err(FsError::MonitorUnavailable(
+                "the monitor dropped the record".into(),
+            )),
+            Err(e) => Err(FsError::MonitorUnavailable(e.to_string())),
         }
     }
 

@@ -30,6 +30,9 @@ pub struct Limits {
     pub max_paths: usize,
     /// Lines `grep` shows in content mode.
     pub max_grep_lines: usize,
+    /// Bytes of files one `apply_patch` may hold while it plans (each file it changes as it
+    /// is and as it will be); a larger patch is refused, to be split.
+    pub max_patch_bytes: u64,
 }
 
 impl Default for Limits {
@@ -42,6 +45,7 @@ impl Default for Limits {
             max_entries: 1000,
             max_paths: 1000,
             max_grep_lines: 1000,
+            max_patch_bytes: 64 * 1024 * 1024,
         }
     }
 }

@@ -343,7 +343,11 @@ async fn grep_env() -> Env {
 async fn grep_lists_files_sorted_by_default() {
     let env = grep_env().await;
     let text = ok(&env.call("grep", json!({"pattern": "^fn "})).await);
-    assert_eq!(text, "3 files match\nnotes.md\nsrc/a.rs\nsrc/b.rs");
+    // `bin.dat` matches too, before its NUL byte: it is named, not passed over in silence.
+    assert_eq!(
+        text,
+        "3 files match\nnotes.md\nsrc/a.rs\nsrc/b.rs\n[1 binary file(s) (holding a NUL byte) also match; their lines are not shown: `bin.dat`]"
+    );
     let text = ok(&env
         .call("grep", json!({"pattern": "^fn ", "glob": "*.rs"}))
         .await);
@@ -380,7 +384,7 @@ async fn grep_content_mode_shows_lines_and_context() {
         .await);
     assert_eq!(
         text,
-        "4 matching lines in 3 files\nnotes.md:1\nsrc/a.rs:1\nsrc/b.rs:2"
+        "4 matching lines in 3 files\nnotes.md:1\nsrc/a.rs:1\nsrc/b.rs:2\n[1 binary file(s) (holding a NUL byte) also match; their lines are not shown: `bin.dat`]"
     );
     env.close().await;
 }

@@ -24,7 +24,7 @@ use super::{CallTrack, Pipeline};
 use async_trait::async_trait;
 use dsh_core::around::{DispatchOutcome, DispatchRequest, Leaf, Next};
 use dsh_core::{
-    ContentBlock, ErrorCode, RegisteredTool, Signal, SubCallDispatcher, ToolContext,
+    ContentBlock, ErrorCode, PathPolicies, RegisteredTool, Signal, SubCallDispatcher, ToolContext,
     ToolExecutionInput, ToolFailure,
 };
 use futures::FutureExt;
@@ -48,6 +48,7 @@ struct BodyLeaf<'a> {
     caller: Signal,
     track: &'a CallTrack,
     dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+    policy: PathPolicies,
     grace: Duration,
     /// Every failure the leaf answered (code and message), to tell them from a wrapper's.
     failures: Mutex<Vec<(ErrorCode, String)>>,
@@ -103,6 +104,7 @@ impl BodyLeaf<'_> {
             signal: signal.clone(),
             attempt: req.attempt,
             dispatcher: self.dispatcher.clone(),
+            policy: self.policy.clone(),
         };
         let definition = self.tool.definition().clone();
         let arguments = req.arguments;
@@ -146,6 +148,7 @@ pub(super) async fn run(
         caller: input.signal.clone(),
         track,
         dispatcher,
+        policy: pipeline.policy.clone(),
         grace: pipeline.config.body_grace,
         failures: Mutex::new(Vec::new()),
     };

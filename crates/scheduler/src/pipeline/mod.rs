@@ -34,8 +34,8 @@ mod pre_execute;
 use crate::pipeline::candidate::Candidate;
 use crate::telemetry;
 use dsh_core::{
-    ApprovalResponder, Arguments, ErrorCode, FrozenResult, Hooks, RegisteredTool,
-    SubCallDispatcher, ToolExecutionInput, ToolRegistry,
+    ApprovalResponder, Arguments, ErrorCode, FrozenResult, Hooks, PathPolicies, PathPolicy,
+    ProtectedPaths, RegisteredTool, SubCallDispatcher, ToolExecutionInput, ToolRegistry,
 };
 use dsh_guards::GuardSet;
 use serde_json::Value;
@@ -83,6 +83,8 @@ pub struct Pipeline {
     pub(crate) guards: GuardSet,
     pub(crate) approval: Option<Arc<dyn ApprovalResponder>>,
     pub(crate) config: PipelineConfig,
+    /// Handed to every body: the protected paths, then each pre-execute handler's rules.
+    pub(crate) policy: PathPolicies,
 }
 
 impl fmt::Debug for Pipeline {
@@ -91,6 +93,7 @@ impl fmt::Debug for Pipeline {
             .field("tools", &self.registry.names())
             .field("hooks", &self.hooks)
             .field("approval", &self.approval.is_some())
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -120,13 +123,37 @@ impl Pipeline {
         approval: Option<Arc<dyn ApprovalResponder>>,
         config: PipelineConfig,
     ) -> Pipeline {
+        let policy = PathPolicies::new(
+            hooks
+                .pre_execute_handlers()
+                .iter()
+                .filter_map(|h| h.path_policy())
+                .collect(),
+        );
         Pipeline {
             registry,
             hooks,
             guards,
             approval,
             config,
+            policy,
         }
+    }
+
+    /// Puts `protected` in front of the handlers' path policies: no body may write them,
+    /// whatever the rules say.
+    pub fn protect(mut self, protected: ProtectedPaths) -> Pipeline {
+        if !protected.is_empty() {
+            let mut list: Vec<Arc<dyn PathPolicy>> = vec![Arc::new(protected)];
+            list.push(Arc::new(self.policy));
+            self.policy = PathPolicies::new(list);
+        }
+        self
+    }
+
+    /// The path policies every body gets in its `ToolContext`.
+    pub fn path_policy(&self) -> &PathPolicies {
+        &self.policy
     }
 
     /// The registry.

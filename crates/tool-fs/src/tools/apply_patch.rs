@@ -8,7 +8,10 @@
 
 use super::edit_file::load_text;
 use super::write_file::inspect_target;
-use super::{APPLY_PATCH, announce, arg, blocking, failure, not_cancelled, permission_subjects};
+use super::{
+    APPLY_PATCH, announce, arg, blocking, failure, forbidden_write, not_cancelled,
+    permission_subjects,
+};
 use crate::error::FsError;
 use crate::hash::ContentHash;
 use crate::intent::FsOp;
@@ -18,7 +21,7 @@ use crate::toolset::Shared;
 use crate::workspace::Existing;
 use async_trait::async_trait;
 use cap_std::fs::Permissions;
-use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::{ContentBlock, PathPolicies, ToolContext, ToolDefinition, ToolFailure};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,8 +84,50 @@ fn current_permissions(shared: &Shared, rel: &Path) -> Result<Option<Permissions
     shared.ws.file_permissions(rel).map_err(failure)
 }
 
-fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
+/// Keeps what a patch holds in memory (files as found, and as they will be) under the
+/// limits: each new file at most `max_file_bytes`, all of it at most `max_patch_bytes`.
+struct Budget {
+    per_file: u64,
+    total: u64,
+    held: u64,
+}
+
+impl Budget {
+    fn take(&mut self, bytes: usize) -> Result<(), ToolFailure> {
+        self.held = self.held.saturating_add(bytes as u64);
+        if self.held > self.total {
+            return Err(refuse(FsError::TooLarge {
+                what: "the files this patch reads and writes",
+                size: self.held,
+                limit: self.total,
+            }));
+        }
+        Ok(())
+    }
+
+    fn result(&self, shown: &str, bytes: usize) -> Result<(), ToolFailure> {
+        if bytes as u64 > self.per_file {
+            return Err(file_error(
+                shown,
+                refuse(FsError::TooLarge {
+                    what: "the file",
+                    size: bytes as u64,
+                    limit: self.per_file,
+                })
+                .message,
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn plan(shared: &Shared, policy: &PathPolicies, text: &str) -> Result<Plan, ToolFailure> {
     let parsed = patch::parse(text).map_err(refuse)?;
+    let mut budget = Budget {
+        per_file: shared.limits.max_file_bytes,
+        total: shared.limits.max_patch_bytes,
+        held: 0,
+    };
     let mut plan = Plan {
         intents: Vec::new(),
         changes: Vec::new(),
@@ -102,9 +147,11 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
     for op in &parsed.ops {
         match op {
             FileOp::Add { path, content } => {
-                let (rel, shown, current) = inspect_target(shared, path)?;
+                let (rel, shown, current) = inspect_target(shared, policy, APPLY_PATCH, path)?;
                 touch(&shown)?;
+                budget.result(&shown, content.len())?;
                 let before = current_bytes(shared, &rel)?;
+                budget.take(before.as_ref().map_or(0, Vec::len) + content.len())?;
                 let before_permissions = current_permissions(shared, &rel)?;
                 let fs_op = if current.is_some() {
                     FsOp::Overwrite
@@ -124,6 +171,7 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
             }
             FileOp::Delete { path } => {
                 let rel = shared.ws.resolve(path).map_err(failure)?;
+                forbidden_write(shared, policy, APPLY_PATCH, &rel)?;
                 let shown = sandbox::display(&rel);
                 touch(&shown)?;
                 let bytes = match shared
@@ -146,6 +194,7 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                     }
                 };
                 let before_permissions = current_permissions(shared, &rel)?;
+                budget.take(bytes.len())?;
                 plan.intents
                     .push((FsOp::Delete, shown.clone(), Some(ContentHash::of(&bytes))));
                 plan.summary.push(format!("D {shown}"));
@@ -163,16 +212,20 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                 move_to,
                 hunks,
             } => {
-                let (rel, shown, text) = load_text(shared, path).map_err(|e| {
-                    ToolFailure::with_code(e.code, format!("cannot update: {}", e.message))
-                })?;
+                let (rel, shown, text) =
+                    load_text(shared, policy, APPLY_PATCH, path).map_err(|e| {
+                        ToolFailure::with_code(e.code, format!("cannot update: {}", e.message))
+                    })?;
                 touch(&shown)?;
                 let updated = patch::apply_hunks(&shown, &text, hunks).map_err(refuse)?;
+                budget.result(&shown, updated.len())?;
+                budget.take(text.len() + updated.len())?;
                 let current = Some(ContentHash::of(text.as_bytes()));
                 let permissions = current_permissions(shared, &rel)?;
                 let target = match move_to {
                     Some(to) => {
-                        let (to_rel, to_shown, to_current) = inspect_target(shared, to)?;
+                        let (to_rel, to_shown, to_current) =
+                            inspect_target(shared, policy, APPLY_PATCH, to)?;
                         (to_shown != shown).then_some((to_rel, to_shown, to_current))
                     }
                     None => None,
@@ -193,6 +246,7 @@ fn plan(shared: &Shared, text: &str) -> Result<Plan, ToolFailure> {
                     Some((to_rel, to_shown, to_current)) => {
                         touch(&to_shown)?;
                         let to_before = current_bytes(shared, &to_rel)?;
+                        budget.take(to_before.as_ref().map_or(0, Vec::len))?;
                         let to_permissions = current_permissions(shared, &to_rel)?;
                         let to_op = if to_current.is_some() {
                             FsOp::Overwrite
@@ -245,7 +299,12 @@ fn undo(shared: &Shared, done: &[Change]) {
     }
 }
 
-fn commit(shared: &Shared, changes: &[Change]) -> Result<(), ToolFailure> {
+fn commit(shared: &Shared, policy: &PathPolicies, changes: &[Change]) -> Result<(), ToolFailure> {
+    // Every target again at the last moment, on what its path leads to now, before any of
+    // them is touched.
+    for change in changes {
+        forbidden_write(shared, policy, APPLY_PATCH, &change.rel)?;
+    }
     for (i, change) in changes.iter().enumerate() {
         let done = match &change.write {
             Some(bytes) => {
@@ -317,12 +376,15 @@ impl ToolDefinition for ApplyPatch {
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let text = arg(&input, "input").unwrap_or_default().to_string();
         let shared = self.shared.clone();
-        let planned = blocking(move || plan(&shared, &text)).await.map_err(|e| {
-            ToolFailure::with_code(
-                e.code,
-                format!("apply_patch changed nothing: {}", e.message),
-            )
-        })?;
+        let policy = ctx.policy.clone();
+        let planned = blocking(move || plan(&shared, &policy, &text))
+            .await
+            .map_err(|e| {
+                ToolFailure::with_code(
+                    e.code,
+                    format!("apply_patch changed nothing: {}", e.message),
+                )
+            })?;
         for (op, path, current) in &planned.intents {
             announce(&self.shared, &ctx, APPLY_PATCH, *op, path, *current)
                 .await
@@ -338,9 +400,10 @@ impl ToolDefinition for ApplyPatch {
         } = planned;
         let shared = self.shared.clone();
         let signal = ctx.signal.clone();
+        let policy = ctx.policy.clone();
         let changes = blocking(move || {
             not_cancelled(&signal)?;
-            commit(&shared, &changes)?;
+            commit(&shared, &policy, &changes)?;
             Ok(changes)
         })
         .await?;

@@ -1,14 +1,18 @@
 //! `edit_file`: replaces an exact string in a file.
 
-use super::{EDIT_FILE, announce, arg, blocking, failure, not_cancelled, permission_subjects};
-use crate::edit::apply_edit;
+use super::{
+    EDIT_FILE, announce, arg, blocking, failure, forbidden_write, not_cancelled,
+    permission_subjects,
+};
+use crate::edit::apply_edit_within;
+use crate::error::quote_path;
 use crate::hash::ContentHash;
 use crate::intent::FsOp;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
 use async_trait::async_trait;
-use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::{ContentBlock, PathPolicies, ToolContext, ToolDefinition, ToolFailure};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,13 +28,18 @@ impl EditFile {
     }
 }
 
-/// An existing text file about to be changed: its resolved path, shown form and text.
+/// An existing text file about to be changed: its resolved path, shown form and text. A
+/// file the path policy forbids `tool` to write is refused before it is read.
 pub(crate) fn load_text(
     shared: &Shared,
+    policy: &PathPolicies,
+    tool: &str,
     path: &str,
 ) -> Result<(PathBuf, String, String), ToolFailure> {
     let rel = shared.ws.resolve(path).map_err(failure)?;
+    forbidden_write(shared, policy, tool, &rel)?;
     let shown = sandbox::display(&rel);
+    let quoted = quote_path(&shown);
     let bytes = match shared
         .ws
         .load(&rel, shared.limits.max_file_bytes)
@@ -39,23 +48,25 @@ pub(crate) fn load_text(
         Existing::File(bytes) => bytes,
         Existing::Missing => {
             return Err(ToolFailure::new(format!(
-                "`{shown}` does not exist; use write_file to create it"
+                "`{quoted}` does not exist; use write_file to create it"
             )));
         }
-        Existing::Dir => return Err(ToolFailure::new(format!("`{shown}` is a directory"))),
+        Existing::Dir => return Err(ToolFailure::new(format!("`{quoted}` is a directory"))),
         Existing::Special => {
-            return Err(ToolFailure::new(format!("`{shown}` is not a regular file")));
+            return Err(ToolFailure::new(format!(
+                "`{quoted}` is not a regular file"
+            )));
         }
         Existing::TooLarge(size) => {
             return Err(ToolFailure::new(format!(
-                "`{shown}` is {size} bytes, over the {}-byte limit for edits",
+                "`{quoted}` is {size} bytes, over the {}-byte limit for edits",
                 shared.limits.max_file_bytes
             )));
         }
     };
     let text = String::from_utf8(bytes).map_err(|_| {
         ToolFailure::new(format!(
-            "`{shown}` is not UTF-8 text; it cannot be edited as text"
+            "`{quoted}` is not UTF-8 text; it cannot be edited as text"
         ))
     })?;
     Ok((rel, shown, text))
@@ -112,7 +123,9 @@ impl ToolDefinition for EditFile {
             .and_then(Value::as_bool)
             .unwrap_or(false);
         let shared = self.shared.clone();
-        let (rel, shown, text) = blocking(move || load_text(&shared, &path)).await?;
+        let policy = ctx.policy.clone();
+        let (rel, shown, text) =
+            blocking(move || load_text(&shared, &policy, EDIT_FILE, &path)).await?;
         let current = ContentHash::of(text.as_bytes());
         announce(
             &self.shared,
@@ -123,14 +136,17 @@ impl ToolDefinition for EditFile {
             Some(current),
         )
         .await?;
-        let edited = apply_edit(&text, &old, &new, replace_all)
-            .map_err(|e| ToolFailure::new(format!("`{shown}`: {e}")))?;
+        let limit = usize::try_from(self.shared.limits.max_file_bytes).unwrap_or(usize::MAX);
+        let edited = apply_edit_within(&text, &old, &new, replace_all, limit)
+            .map_err(|e| ToolFailure::new(format!("`{}`: {e}", quote_path(&shown))))?;
         let hash = ContentHash::of(edited.content.as_bytes());
         let shared = self.shared.clone();
         let signal = ctx.signal.clone();
         let content = edited.content;
+        let policy = ctx.policy.clone();
         blocking(move || {
             not_cancelled(&signal)?;
+            forbidden_write(&shared, &policy, EDIT_FILE, &rel)?;
             shared
                 .ws
                 .write_atomic(&rel, content.as_bytes())

@@ -1,13 +1,13 @@
 //! `glob`: files whose path matches a glob pattern, honouring `.gitignore`.
 
-use super::{GLOB, arg, blocking, failure, permission_subjects, plural};
+use super::walk::{Skips, skip_notes, walk, walk_error};
+use super::{GLOB, arg, blocking, failure, forbidden_read, permission_subjects, plural};
 use crate::sandbox::{self, check_glob_pattern};
 use crate::toolset::Shared;
 use async_trait::async_trait;
 use dsh_core::tool::ExecutionMode;
-use dsh_core::{ContentBlock, Signal, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::{ContentBlock, PathPolicies, Signal, ToolContext, ToolDefinition, ToolFailure};
 use globset::GlobBuilder;
-use ignore::WalkBuilder;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
@@ -23,19 +23,6 @@ impl Glob {
     }
 }
 
-/// The walker both `glob` and `grep` use: ripgrep's rules (`.gitignore`, `.ignore`, hidden
-/// files skipped), also outside a git repository, symlinks not followed, `.git` never
-/// entered.
-pub(crate) fn walker(base: &Path, hidden: bool) -> WalkBuilder {
-    let mut builder = WalkBuilder::new(base);
-    builder
-        .hidden(!hidden)
-        .require_git(false)
-        .follow_links(false)
-        .filter_entry(|e| e.file_name() != ".git");
-    builder
-}
-
 /// Whether a pattern names hidden files itself (`.github/**`, `**/.env`): then they are
 /// looked at.
 fn wants_hidden(pattern: &str) -> bool {
@@ -49,9 +36,16 @@ pub(crate) fn relative_to(root: &Path, found: &Path) -> Option<String> {
     found.strip_prefix(root).ok().map(sandbox::display)
 }
 
-fn run(shared: &Shared, pattern: &str, path: &str, signal: &Signal) -> Result<Value, ToolFailure> {
+fn run(
+    shared: &Arc<Shared>,
+    pattern: &str,
+    path: &str,
+    signal: &Signal,
+    policy: &PathPolicies,
+) -> Result<Value, ToolFailure> {
     check_glob_pattern(pattern).map_err(failure)?;
     let base = shared.ws.resolve(path).map_err(failure)?;
+    forbidden_read(shared, policy, GLOB, &base)?;
     let matcher = GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
@@ -66,11 +60,32 @@ fn run(shared: &Shared, pattern: &str, path: &str, signal: &Signal) -> Result<Va
         )));
     }
     let mut found = Vec::new();
-    for (i, entry) in walker(&abs_base, wants_hidden(pattern)).build().enumerate() {
+    let skips = Arc::new(Skips::default());
+    let walk = walk(
+        shared,
+        GLOB,
+        policy,
+        &abs_base,
+        wants_hidden(pattern),
+        None,
+        &skips,
+    );
+    let entries = if walk.base_hidden {
+        None
+    } else {
+        Some(walk.builder.build())
+    };
+    for (i, entry) in entries.into_iter().flatten().enumerate() {
         if i % 256 == 0 && signal.is_cancelled() {
             return Err(ToolFailure::new("glob was cancelled"));
         }
-        let Ok(entry) = entry else { continue };
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                walk_error(&skips, &e);
+                continue;
+            }
+        };
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
@@ -84,16 +99,23 @@ fn run(shared: &Shared, pattern: &str, path: &str, signal: &Signal) -> Result<Va
         }
     }
     found.sort();
-    let total = found.len();
-    found.truncate(shared.limits.max_paths);
     // The walker lists folders by path; if one was swapped for a symlink out while it ran,
     // the names it listed there fail this confined lookup and are not shown.
-    found.retain(|rel| shared.ws.dir().symlink_metadata(rel).is_ok());
+    found.retain(|rel| match shared.ws.dir().symlink_metadata(rel) {
+        Ok(_) => true,
+        Err(e) => {
+            skips.failed(Path::new(rel), Some(&e));
+            false
+        }
+    });
+    let total = found.len();
+    found.truncate(shared.limits.max_paths);
     Ok(json!({
         "pattern": pattern,
         "path": sandbox::display(&base),
         "matches": found,
         "total": total,
+        "skipped": skips.to_json(),
     }))
 }
 
@@ -150,7 +172,7 @@ impl ToolDefinition for Glob {
         let pattern = arg(&input, "pattern").unwrap_or_default().to_string();
         let path = arg(&input, "path").unwrap_or(".").to_string();
         let shared = self.shared.clone();
-        blocking(move || run(&shared, &pattern, &path, &ctx.signal)).await
+        blocking(move || run(&shared, &pattern, &path, &ctx.signal, &ctx.policy)).await
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
@@ -161,18 +183,22 @@ impl ToolDefinition for Glob {
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        if total == 0 {
-            return vec![ContentBlock::text(format!(
-                "No files match `{pattern}` under `{path}`."
-            ))];
-        }
-        let mut out = format!("{} match `{pattern}`\n", plural(total, "file"));
-        out.push_str(&matches.join("\n"));
-        if matches.len() < total {
-            out.push_str(&format!(
-                "\n[truncated: showing the first {} of {total} paths; narrow the pattern or the path]",
-                matches.len()
-            ));
+        let mut out = if total == 0 {
+            format!("No files match `{pattern}` under `{path}`.")
+        } else {
+            let mut out = format!("{} match `{pattern}`\n", plural(total, "file"));
+            out.push_str(&matches.join("\n"));
+            if matches.len() < total {
+                out.push_str(&format!(
+                    "\n[truncated: showing the first {} of {total} paths; narrow the pattern or the path]",
+                    matches.len()
+                ));
+            }
+            out
+        };
+        for note in skip_notes(value) {
+            out.push('\n');
+            out.push_str(&note);
         }
         vec![ContentBlock::text(out)]
     }

@@ -5,15 +5,16 @@
 //! by path, whatever the order of discovery, so a capped output is still stable. Every file
 //! is searched even once the output is full, so the totals in the note are stable too.
 
-use super::glob::{relative_to, walker};
+use super::glob::relative_to;
 use super::read_file::cut_line;
-use super::{GREP, arg, blocking, failure, permission_subjects, plural};
+use super::walk::{Skips, skip_notes, walk, walk_error};
+use super::{GREP, arg, blocking, failure, forbidden_read, permission_subjects, plural};
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use dsh_core::tool::ExecutionMode;
-use dsh_core::{ContentBlock, Signal, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::{ContentBlock, PathPolicies, Signal, ToolContext, ToolDefinition, ToolFailure};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use ignore::WalkState;
@@ -21,6 +22,7 @@ use ignore::overrides::OverrideBuilder;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -76,6 +78,8 @@ struct FileSink {
     lines: Vec<Line>,
     /// Stopped at the line cap before the end of the file.
     full: bool,
+    /// Stopped at a NUL byte.
+    binary: bool,
 }
 
 impl FileSink {
@@ -117,6 +121,13 @@ impl Sink for FileSink {
         Ok(self.room())
     }
 
+    /// Noted; a searcher that quits at a NUL byte quits whatever this answers, and one that
+    /// converts it reads on.
+    fn binary_data(&mut self, _: &Searcher, _offset: u64) -> Result<bool, io::Error> {
+        self.binary = true;
+        Ok(true)
+    }
+
     fn context_break(&mut self, _: &Searcher) -> Result<bool, io::Error> {
         if self.mode == Mode::Content {
             self.lines.push(None);
@@ -154,6 +165,8 @@ impl Gathered {
 }
 
 struct Search<'a> {
+    shared: &'a Arc<Shared>,
+    policy: &'a PathPolicies,
     ws: &'a Workspace,
     matcher: RegexMatcher,
     mode: Mode,
@@ -162,6 +175,7 @@ struct Search<'a> {
     max_lines: usize,
     signal: &'a Signal,
     gathered: Mutex<Gathered>,
+    skips: Arc<Skips>,
 }
 
 impl Search<'_> {
@@ -179,16 +193,49 @@ impl Search<'_> {
             .build()
     }
 
-    /// Searches one file found by the walker.
-    fn file(&self, searcher: &mut Searcher, found: &Path) {
+    /// Whether a file the search stopped at for a NUL byte holds a match anywhere (its NUL
+    /// bytes read as line ends), so that it is named instead of passed over in silence.
+    fn binary_matches(&self, file: &std::fs::File) -> bool {
+        use std::io::{Seek, SeekFrom};
+        if (&*file).seek(SeekFrom::Start(0)).is_err() {
+            return false;
+        }
+        let mut sink = FileSink {
+            mode: Mode::Files,
+            max_line_chars: 0,
+            max_lines: 0,
+            matches: 0,
+            lines: Vec::new(),
+            full: false,
+            binary: false,
+        };
+        let mut searcher = SearcherBuilder::new()
+            .binary_detection(BinaryDetection::convert(b'\x00'))
+            .line_number(false)
+            .build();
+        searcher.search_file(&self.matcher, file, &mut sink).is_ok() && sink.matches > 0
+    }
+
+    /// Searches one file found by the walker (`ino`: its inode when the walker listed it).
+    fn file(&self, searcher: &mut Searcher, found: &Path, ino: Option<u64>) {
         let Some(rel) = relative_to(self.ws.root(), found) else {
             return;
         };
         // Opened through the workspace's directory handle: a symlink swapped in since the
         // walker listed the directory cannot lead the open outside the root.
-        let Ok(file) = self.ws.dir().open(&rel) else {
-            return;
+        let file = match self.ws.dir().open(&rel) {
+            Ok(file) => file.into_std(),
+            Err(e) => {
+                self.skips.failed(found, Some(&e));
+                return;
+            }
         };
+        // And it must be the file the walker listed and the rules were asked about, not
+        // one swapped in under its name since.
+        if ino.is_some_and(|ino| file.metadata().map(|m| m.ino()).ok() != Some(ino)) {
+            self.skips.failed(found, None);
+            return;
+        }
         let mut sink = FileSink {
             mode: self.mode,
             max_line_chars: self.max_line_chars,
@@ -196,12 +243,17 @@ impl Search<'_> {
             matches: 0,
             lines: Vec::new(),
             full: false,
+            binary: false,
         };
-        if searcher
-            .search_file(&self.matcher, &file.into_std(), &mut sink)
-            .is_err()
-            || sink.matches == 0
-        {
+        let searched = searcher.search_file(&self.matcher, &file, &mut sink);
+        if sink.binary && self.binary_matches(&file) {
+            self.skips.binary(&rel);
+        }
+        if let Err(e) = searched {
+            self.skips.failed(found, Some(&e));
+            return;
+        }
+        if sink.matches == 0 {
             return;
         }
         let mut gathered = self.gathered();
@@ -217,29 +269,48 @@ impl Search<'_> {
     }
 
     fn run(&self, base: &Path, glob: Option<&str>) -> Result<(), ToolFailure> {
-        let mut builder = walker(base, false);
-        if let Some(glob) = glob {
-            let mut overrides = OverrideBuilder::new(base);
-            overrides
-                .add(glob)
-                .map_err(|e| ToolFailure::new(format!("invalid glob `{glob}`: {e}")))?;
-            builder.overrides(
+        let overrides = match glob {
+            Some(glob) => {
+                let mut overrides = OverrideBuilder::new(base);
                 overrides
-                    .build()
-                    .map_err(|e| ToolFailure::new(format!("invalid glob `{glob}`: {e}")))?,
-            );
+                    .add(glob)
+                    .map_err(|e| ToolFailure::new(format!("invalid glob `{glob}`: {e}")))?;
+                Some(
+                    overrides
+                        .build()
+                        .map_err(|e| ToolFailure::new(format!("invalid glob `{glob}`: {e}")))?,
+                )
+            }
+            None => None,
+        };
+        let mut walk = walk(
+            self.shared,
+            GREP,
+            self.policy,
+            base,
+            false,
+            overrides,
+            &self.skips,
+        );
+        if walk.base_hidden {
+            return Ok(());
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(12));
-        builder.threads(threads).build_parallel().run(|| {
+        walk.builder.threads(threads).build_parallel().run(|| {
             let mut searcher = self.searcher();
             Box::new(move |entry| {
                 if self.signal.is_cancelled() {
                     return WalkState::Quit;
                 }
-                if let Ok(entry) = entry
-                    && entry.file_type().is_some_and(|t| t.is_file())
-                {
-                    self.file(&mut searcher, entry.path());
+                match entry {
+                    Ok(entry) if entry.file_type().is_some_and(|t| t.is_file()) => {
+                        // From a stat, not the directory listing: on overlay file systems a
+                        // listing's inode numbers need not be the ones a stat gives.
+                        let ino = entry.metadata().ok().map(|m| m.ino());
+                        self.file(&mut searcher, entry.path(), ino);
+                    }
+                    Ok(_) => {}
+                    Err(e) => walk_error(&self.skips, &e),
                 }
                 WalkState::Continue
             })
@@ -286,7 +357,12 @@ fn render(gathered: Gathered, mode: Mode, max_paths: usize) -> (Vec<String>, boo
     }
 }
 
-fn run(shared: &Shared, input: &Value, signal: &Signal) -> Result<Value, ToolFailure> {
+fn run(
+    shared: &Arc<Shared>,
+    input: &Value,
+    signal: &Signal,
+    policy: &PathPolicies,
+) -> Result<Value, ToolFailure> {
     let pattern = arg(input, "pattern").unwrap_or_default();
     let path = arg(input, "path").unwrap_or(".");
     let mode = Mode::parse(arg(input, "output_mode"));
@@ -300,6 +376,7 @@ fn run(shared: &Shared, input: &Value, signal: &Signal) -> Result<Value, ToolFai
         .unwrap_or(0)
         .min(MAX_CONTEXT) as usize;
     let base = shared.ws.resolve(path).map_err(failure)?;
+    forbidden_read(shared, policy, GREP, &base)?;
     let abs_base = shared.ws.root().join(&base);
     if !abs_base.exists() {
         return Err(ToolFailure::new(format!(
@@ -313,6 +390,8 @@ fn run(shared: &Shared, input: &Value, signal: &Signal) -> Result<Value, ToolFai
         .build(pattern)
         .map_err(|e| ToolFailure::new(format!("invalid regex `{pattern}`: {e}")))?;
     let search = Search {
+        shared,
+        policy,
         ws: &shared.ws,
         matcher,
         mode,
@@ -321,12 +400,10 @@ fn run(shared: &Shared, input: &Value, signal: &Signal) -> Result<Value, ToolFai
         max_lines: shared.limits.max_grep_lines,
         signal,
         gathered: Mutex::new(Gathered::default()),
+        skips: Arc::default(),
     };
     search.run(&abs_base, arg(input, "glob"))?;
-    let gathered = search
-        .gathered
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
+    let gathered = std::mem::take(&mut *search.gathered());
     let (files, matches) = (gathered.files, gathered.matches);
     let (lines, truncated) = render(gathered, mode, shared.limits.max_paths);
     Ok(json!({
@@ -337,6 +414,7 @@ fn run(shared: &Shared, input: &Value, signal: &Signal) -> Result<Value, ToolFai
         "matches": matches,
         "lines": lines,
         "truncated": truncated,
+        "skipped": search.skips.to_json(),
     }))
 }
 
@@ -399,7 +477,7 @@ impl ToolDefinition for Grep {
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let shared = self.shared.clone();
-        blocking(move || run(&shared, &input, &ctx.signal)).await
+        blocking(move || run(&shared, &input, &ctx.signal, &ctx.policy)).await
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
@@ -407,10 +485,14 @@ impl ToolDefinition for Grep {
         let path = value["path"].as_str().unwrap_or(".");
         let files = value["files"].as_u64().unwrap_or(0) as usize;
         let matches = value["matches"].as_u64().unwrap_or(0) as usize;
+        let notes = skip_notes(value);
         if files == 0 {
-            return vec![ContentBlock::text(format!(
-                "No matches for `{pattern}` in `{path}`."
-            ))];
+            let mut out = format!("No matches for `{pattern}` in `{path}`.");
+            for note in notes {
+                out.push('\n');
+                out.push_str(&note);
+            }
+            return vec![ContentBlock::text(out)];
         }
         let lines: Vec<&str> = value["lines"]
             .as_array()
@@ -439,6 +521,10 @@ impl ToolDefinition for Grep {
                     lines.len()
                 ),
             };
+            out.push_str(&note);
+        }
+        for note in notes {
+            out.push('\n');
             out.push_str(&note);
         }
         vec![ContentBlock::text(out)]

@@ -1,12 +1,16 @@
 //! `list_dir`: the entries of one directory, sorted by name.
 
-use super::{LIST_DIR, arg, blocking, failure, permission_subjects};
+use super::walk::{Skips, skip_notes};
+use super::{LIST_DIR, arg, blocking, failure, forbidden_read, permission_subjects};
+use crate::error::quote_path;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
 use async_trait::async_trait;
 use dsh_core::tool::ExecutionMode;
-use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::{
+    Access, ContentBlock, PathPolicies, PathPolicy, ToolContext, ToolDefinition, ToolFailure,
+};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -21,28 +25,48 @@ impl ListDir {
     }
 }
 
-fn list(shared: &Shared, path: &str) -> Result<Value, ToolFailure> {
+fn list(shared: &Shared, path: &str, policy: &PathPolicies) -> Result<Value, ToolFailure> {
     let rel = shared.ws.resolve(path).map_err(failure)?;
+    forbidden_read(shared, policy, LIST_DIR, &rel)?;
     let shown = sandbox::display(&rel);
+    let quoted = quote_path(&shown);
     let dir = match shared.ws.open_dir(&rel) {
         Ok(dir) => dir,
         Err(e) => {
             // Say what is there instead, when something is.
             return Err(match shared.ws.load(&rel, 0) {
-                Ok(Existing::Missing) => ToolFailure::new(format!("`{shown}` does not exist")),
+                Ok(Existing::Missing) => ToolFailure::new(format!("`{quoted}` does not exist")),
                 Ok(Existing::Dir) | Err(_) => failure(e),
-                Ok(_) => ToolFailure::new(format!(
-                    "`{shown}` is a file, not a directory; use read_file to read it"
+                Ok(Existing::Special) => ToolFailure::new(format!(
+                    "`{quoted}` is not a directory but a FIFO, socket or device"
+                )),
+                Ok(Existing::File(_) | Existing::TooLarge(_)) => ToolFailure::new(format!(
+                    "`{quoted}` is a file, not a directory; use read_file to read it"
                 )),
             });
         }
     };
+    let skips = Skips::default();
+    let abs = shared.ws.root().join(&rel);
     let mut entries = Vec::new();
     let listing = dir
         .entries()
-        .map_err(|e| ToolFailure::new(format!("listing `{shown}` failed: {e}")))?;
+        .map_err(|e| ToolFailure::new(format!("listing `{quoted}` failed: {e}")))?;
     for entry in listing {
-        let Ok(entry) = entry else { continue };
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                skips.failed(&abs, Some(&e));
+                continue;
+            }
+        };
+        if policy
+            .refuses(LIST_DIR, Access::Read, &abs.join(entry.file_name()))
+            .is_some()
+        {
+            skips.hidden();
+            continue;
+        }
         let name = entry.file_name().to_string_lossy().into_owned();
         let (kind, size) = match entry.file_type() {
             Ok(t) if t.is_dir() => ("dir", None),
@@ -59,7 +83,7 @@ fn list(shared: &Shared, path: &str) -> Result<Value, ToolFailure> {
         .into_iter()
         .map(|(name, kind, size)| json!({"name": name, "kind": kind, "size": size}))
         .collect();
-    Ok(json!({"path": shown, "entries": entries, "total": total}))
+    Ok(json!({"path": shown, "entries": entries, "total": total, "skipped": skips.to_json()}))
 }
 
 #[async_trait]
@@ -112,18 +136,24 @@ impl ToolDefinition for ListDir {
         permission_subjects(&self.shared, LIST_DIR, input)
     }
 
-    async fn execute(&self, input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or(".").to_string();
         let shared = self.shared.clone();
-        blocking(move || list(&shared, &path)).await
+        blocking(move || list(&shared, &path, &ctx.policy)).await
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
         let path = value["path"].as_str().unwrap_or(".");
         let entries = value["entries"].as_array().cloned().unwrap_or_default();
         let total = value["total"].as_u64().unwrap_or(0) as usize;
+        let notes = skip_notes(value);
         if total == 0 {
-            return vec![ContentBlock::text(format!("`{path}` is empty."))];
+            let mut out = format!("`{path}` is empty.");
+            for note in notes {
+                out.push('\n');
+                out.push_str(&note);
+            }
+            return vec![ContentBlock::text(out)];
         }
         let count = if total == 1 {
             "1 entry".to_string()
@@ -145,6 +175,10 @@ impl ToolDefinition for ListDir {
                 "[truncated: showing the first {} of {total} entries]\n",
                 entries.len()
             ));
+        }
+        for note in notes {
+            out.push_str(&note);
+            out.push('\n');
         }
         vec![ContentBlock::text(out.trim_end().to_string())]
     }

@@ -8,6 +8,7 @@ mod glob;
 mod grep;
 mod list_dir;
 mod read_file;
+mod walk;
 mod write_file;
 
 pub use apply_patch::ApplyPatch;
@@ -18,14 +19,15 @@ pub use list_dir::ListDir;
 pub use read_file::ReadFile;
 pub use write_file::WriteFile;
 
-use crate::error::{Denial, FsError};
+use crate::error::{Denial, FsError, quote_path};
 use crate::hash::ContentHash;
 use crate::intent::{FsIntent, FsOp};
 use crate::patch;
 use crate::sandbox;
 use crate::toolset::Shared;
-use dsh_core::{ErrorCode, ToolContext, ToolFailure};
+use dsh_core::{Access, ErrorCode, PathPolicies, PathPolicy, ToolContext, ToolFailure};
 use serde_json::Value;
+use std::path::Path;
 
 /// `read_file`.
 pub const READ_FILE: &str = "read_file";
@@ -122,6 +124,52 @@ pub(crate) fn permission_subjects(shared: &Shared, tool: &str, input: &Value) ->
         }
     }
     out
+}
+
+/// Refuses `access` to `rel` (resolved, relative to the root) when the pipeline's path policy
+/// forbids it whatever was approved: a deny rule, or one of dsh's own files for a write.
+/// Asked by each tool about the paths its call named, as it uses them.
+pub(crate) fn forbidden(
+    shared: &Shared,
+    policy: &PathPolicies,
+    tool: &str,
+    access: Access,
+    rel: &Path,
+) -> Result<(), ToolFailure> {
+    match policy.forbids(tool, access, &shared.ws.root().join(rel)) {
+        None => Ok(()),
+        Some(why) => Err(ToolFailure::with_code(
+            ErrorCode::Denied,
+            format!(
+                "{} `{}` is denied: {why}",
+                match access {
+                    Access::Read => "reading",
+                    Access::Write => "changing",
+                },
+                quote_path(&sandbox::display(rel))
+            ),
+        )),
+    }
+}
+
+/// [`forbidden`] for reading.
+pub(crate) fn forbidden_read(
+    shared: &Shared,
+    policy: &PathPolicies,
+    tool: &str,
+    rel: &Path,
+) -> Result<(), ToolFailure> {
+    forbidden(shared, policy, tool, Access::Read, rel)
+}
+
+/// [`forbidden`] for writing.
+pub(crate) fn forbidden_write(
+    shared: &Shared,
+    policy: &PathPolicies,
+    tool: &str,
+    rel: &Path,
+) -> Result<(), ToolFailure> {
+    forbidden(shared, policy, tool, Access::Write, rel)
 }
 
 /// Everything a mutation passes before it touches the disk: read-only mode, then the

@@ -1,6 +1,7 @@
 //! `read_file`: numbered lines of a text file; records the read for the read-before-edit rule.
 
-use super::{READ_FILE, arg, blocking, failure, permission_subjects, plural};
+use super::{READ_FILE, arg, blocking, failure, forbidden_read, permission_subjects, plural};
+use crate::error::quote_path;
 use crate::hash::ContentHash;
 use crate::sandbox;
 use crate::toolset::Shared;
@@ -137,50 +138,62 @@ impl ToolDefinition for ReadFile {
             .max(1);
         let shared = self.shared.clone();
         let max = shared.limits.max_file_bytes;
+        let policy = ctx.policy.clone();
         let (rel, existing) = blocking(move || {
             let rel = shared.ws.resolve(&path).map_err(failure)?;
+            forbidden_read(&shared, &policy, READ_FILE, &rel)?;
             let existing = shared.ws.load(&rel, max).map_err(failure)?;
             Ok((sandbox::display(&rel), existing))
         })
         .await?;
+        let quoted = quote_path(&rel);
         let bytes = match existing {
             Existing::File(bytes) => bytes,
             Existing::Missing => {
-                return Err(ToolFailure::new(format!("`{rel}` does not exist")));
+                return Err(ToolFailure::new(format!("`{quoted}` does not exist")));
             }
             Existing::Dir => {
                 return Err(ToolFailure::new(format!(
-                    "`{rel}` is a directory; use list_dir to see what it holds"
+                    "`{quoted}` is a directory; use list_dir to see what it holds"
                 )));
             }
             Existing::Special => {
                 return Err(ToolFailure::new(format!(
-                    "`{rel}` is not a regular file (a FIFO, socket or device); it is not read"
+                    "`{quoted}` is not a regular file (a FIFO, socket or device); it is not read"
                 )));
             }
             Existing::TooLarge(size) => {
                 return Ok(json!({"path": rel, "kind": "too_large", "bytes": size, "limit": max}));
             }
         };
-        self.shared
-            .monitor
-            .record_read(&ctx.agent, &rel, ContentHash::of(&bytes));
         let sniff = &bytes[..bytes.len().min(BINARY_SNIFF)];
         let text = match std::str::from_utf8(&bytes) {
             Ok(text) if !sniff.contains(&0) => text,
+            // Nothing of it is shown: not a read as far as read-before-edit is concerned.
             _ => return Ok(json!({"path": rel, "kind": "binary", "bytes": bytes.len()})),
         };
-        if text.is_empty() {
-            return Ok(json!({"path": rel, "kind": "empty"}));
-        }
         let total = text.lines().count();
-        if offset > total {
+        let shown = if text.is_empty() {
+            json!({"path": rel, "kind": "empty"})
+        } else if offset > total {
             return Err(ToolFailure::new(format!(
-                "offset {offset} is past the end of `{rel}`, which has {}",
+                "offset {offset} is past the end of `{quoted}`, which has {}",
                 plural(total, "line")
             )));
+        } else {
+            numbered(&self.shared, &rel, text, offset, limit)
+        };
+        // Only a read that showed the model the file records a read, with the hash of the
+        // very bytes shown; and it is in place before the result is returned.
+        if let Err(e) = self
+            .shared
+            .monitor
+            .record_read(&ctx.agent, &rel, ContentHash::of(&bytes))
+            .await
+        {
+            tracing::warn!(error = %e, path = %rel, "the read could not be recorded");
         }
-        Ok(numbered(&self.shared, &rel, text, offset, limit))
+        Ok(shown)
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {

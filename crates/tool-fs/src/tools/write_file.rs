@@ -1,13 +1,17 @@
 //! `write_file`: creates or replaces a whole file, atomically.
 
-use super::{WRITE_FILE, announce, arg, blocking, failure, not_cancelled, permission_subjects};
+use super::{
+    WRITE_FILE, announce, arg, blocking, failure, forbidden_write, not_cancelled,
+    permission_subjects,
+};
+use crate::error::quote_path;
 use crate::hash::ContentHash;
 use crate::intent::FsOp;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
 use async_trait::async_trait;
-use dsh_core::{ContentBlock, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::{ContentBlock, PathPolicies, ToolContext, ToolDefinition, ToolFailure};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,12 +28,17 @@ impl WriteFile {
 }
 
 /// What is at a path about to be written: its resolved form, and the current file's hash.
+/// A target the path policy forbids `tool` to write is refused before it is even read.
 pub(crate) fn inspect_target(
     shared: &Shared,
+    policy: &PathPolicies,
+    tool: &str,
     path: &str,
 ) -> Result<(PathBuf, String, Option<ContentHash>), ToolFailure> {
     let rel = shared.ws.resolve(path).map_err(failure)?;
+    forbidden_write(shared, policy, tool, &rel)?;
     let shown = sandbox::display(&rel);
+    let quoted = quote_path(&shown);
     let current = match shared
         .ws
         .load(&rel, shared.limits.max_file_bytes)
@@ -39,17 +48,17 @@ pub(crate) fn inspect_target(
         Existing::File(bytes) => Some(ContentHash::of(&bytes)),
         Existing::Dir => {
             return Err(ToolFailure::new(format!(
-                "`{shown}` is a directory; give the path of a file"
+                "`{quoted}` is a directory; give the path of a file"
             )));
         }
         Existing::Special => {
             return Err(ToolFailure::new(format!(
-                "`{shown}` is not a regular file (a FIFO, socket or device); it is not replaced"
+                "`{quoted}` is not a regular file (a FIFO, socket or device); it is not replaced"
             )));
         }
         Existing::TooLarge(size) => {
             return Err(ToolFailure::new(format!(
-                "`{shown}` is {size} bytes, over the {}-byte limit; it is not replaced",
+                "`{quoted}` is {size} bytes, over the {}-byte limit; it is not replaced",
                 shared.limits.max_file_bytes
             )));
         }
@@ -101,7 +110,9 @@ impl ToolDefinition for WriteFile {
         let path = arg(&input, "path").unwrap_or_default().to_string();
         let content = arg(&input, "content").unwrap_or_default().to_string();
         let shared = self.shared.clone();
-        let (rel, shown, current) = blocking(move || inspect_target(&shared, &path)).await?;
+        let policy = ctx.policy.clone();
+        let (rel, shown, current) =
+            blocking(move || inspect_target(&shared, &policy, WRITE_FILE, &path)).await?;
         let op = if current.is_some() {
             FsOp::Overwrite
         } else {
@@ -113,8 +124,11 @@ impl ToolDefinition for WriteFile {
         let bytes = content.into_bytes();
         let hash = ContentHash::of(&bytes);
         let size = bytes.len();
+        let policy = ctx.policy.clone();
         blocking(move || {
             not_cancelled(&signal)?;
+            // Again at the last moment, on what the path leads to now.
+            forbidden_write(&shared, &policy, WRITE_FILE, &rel)?;
             shared.ws.write_atomic(&rel, &bytes).map_err(failure)
         })
         .await?;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const SECRET: &str = "TOP-SECRET-SENTINEL";
 
 pub struct Env {
-    _dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
     /// The workspace root (canonical).
     pub root: PathBuf,
     /// A folder beside the workspace, holding `secret.txt`.
@@ -36,6 +36,27 @@ impl Env {
         build: impl FnOnce(FsToolsetBuilder) -> FsToolsetBuilder,
         hooks_extra: impl FnOnce(&mut Hooks, &FsToolset),
     ) -> Env {
+        Env::with_harness(build, hooks_extra, |b, _| b).await
+    }
+
+    /// A workspace with these permission rules (TOML) after the sandbox.
+    pub async fn with_rules(toml: &str) -> Env {
+        let rules = dsh_guards::PermissionRules::from_toml(toml).unwrap();
+        Env::with(
+            |b| b,
+            move |hooks, toolset| {
+                hooks.pre_execute(rules.with_root(toolset.root()));
+            },
+        )
+        .await
+    }
+
+    /// [`Env::with`], and `harness` adjusts the harness builder (given the root).
+    pub async fn with_harness(
+        build: impl FnOnce(FsToolsetBuilder) -> FsToolsetBuilder,
+        hooks_extra: impl FnOnce(&mut Hooks, &FsToolset),
+        harness: impl FnOnce(HarnessBuilder, &Path) -> HarnessBuilder,
+    ) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().canonicalize().unwrap();
         let root = base.join("ws");
@@ -49,7 +70,7 @@ impl Env {
         let mut hooks = Hooks::new();
         hooks.pre_execute_arc(toolset.sandbox());
         hooks_extra(&mut hooks, &toolset);
-        let harness = HarnessBuilder::new(registry)
+        let harness = harness(HarnessBuilder::new(registry), &root)
             .hooks(hooks)
             .build()
             .await
@@ -60,7 +81,7 @@ impl Env {
             .await
             .unwrap();
         Env {
-            _dir: dir,
+            dir,
             root,
             outside,
             toolset,
