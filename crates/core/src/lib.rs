@@ -24,6 +24,7 @@ pub mod error;
 pub mod event;
 pub mod hooks;
 pub mod live;
+pub mod pool;
 pub mod registry;
 pub mod result;
 pub mod signal;
