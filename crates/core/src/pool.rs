@@ -6,8 +6,12 @@
 //! blocking pool, code that never returns would use that pool up, and with it every
 //! `spawn_blocking` of the process (file I/O included). A [`BlockingPool`] is neither:
 //!
-//! - **Its own threads**, at most [`BlockingPool::max_threads`], started when needed and
-//!   ended after a while idle. Code stuck here takes nothing from the runtime.
+//! - **Bounded threads**, at most [`BlockingPool::max_threads`]: its own, started when needed
+//!   and ended after a while idle ([`BlockingPool::new`]: code stuck here takes nothing from
+//!   the runtime), or borrowed from tokio's blocking pool one job queue at a time
+//!   ([`BlockingPool::on_runtime`]: code stuck there holds at most that many of tokio's
+//!   threads; and tokio knows they run, so a runtime with paused time, in tests, does not
+//!   jump its clock ahead while a job runs).
 //! - **A deadline per job, in real time.** The caller stops waiting when it passes
 //!   ([`PoolError::TimedOut`]) and the job's thread is abandoned to finish on its own. The
 //!   deadline is kept by a monitor thread of the pool, not by a tokio timer: code on another
@@ -105,7 +109,10 @@ struct Slot<T> {
 
 impl<T> Slot<T> {
     fn take(&self) -> Option<Deliver<T>> {
-        self.deliver.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.deliver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 }
 
@@ -157,8 +164,19 @@ struct State {
     monitor_wake: Option<Instant>,
 }
 
+/// Where a pool's jobs run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Host {
+    /// Threads of the pool's own.
+    Own,
+    /// Threads borrowed from the current tokio runtime's blocking pool (own ones outside a
+    /// runtime).
+    Runtime,
+}
+
 struct Inner {
     name: String,
+    host: Host,
     max_threads: usize,
     state: Mutex<State>,
     work: Condvar,
@@ -216,9 +234,23 @@ impl BlockingPool {
     /// A pool named `name` (for thread names and errors) of at most `max_threads` threads
     /// (at least one). No thread starts before the first job.
     pub fn new(name: impl Into<String>, max_threads: usize) -> BlockingPool {
+        Self::hosted(name.into(), max_threads, Host::Own)
+    }
+
+    /// A pool whose jobs run on the current tokio runtime's blocking pool, at most
+    /// `max_threads` of its threads at once (a thread is given back as soon as no job waits).
+    /// Code stuck past its deadline holds its tokio thread until it returns; when every one
+    /// of the `max_threads` is stuck, new jobs are refused ([`PoolError::Full`]), so the
+    /// runtime never loses more. Outside a runtime, threads of the pool's own are used.
+    pub fn on_runtime(name: impl Into<String>, max_threads: usize) -> BlockingPool {
+        Self::hosted(name.into(), max_threads, Host::Runtime)
+    }
+
+    fn hosted(name: String, max_threads: usize, host: Host) -> BlockingPool {
         BlockingPool {
             handle: Arc::new(Handle(Arc::new(Inner {
-                name: name.into(),
+                name,
+                host,
                 max_threads: max_threads.max(1),
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
@@ -350,9 +382,21 @@ impl BlockingPool {
         if state.queue.len() > state.idle && state.threads < inner.max_threads {
             state.threads += 1;
             let worker = inner.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("dsh-{}", inner.name))
-                .spawn(move || work(&worker));
+            let runtime = match inner.host {
+                Host::Runtime => tokio::runtime::Handle::try_current().ok(),
+                Host::Own => None,
+            };
+            let spawned = match runtime {
+                Some(runtime) => {
+                    // Given back as soon as no job waits: tokio's threads are shared.
+                    drop(runtime.spawn_blocking(move || work(&worker, false)));
+                    Ok(())
+                }
+                None => std::thread::Builder::new()
+                    .name(format!("dsh-{}", inner.name))
+                    .spawn(move || work(&worker, true))
+                    .map(drop),
+            };
             if let Err(e) = spawned {
                 state.threads -= 1;
                 if state.threads == 0 {
@@ -391,8 +435,9 @@ impl BlockingPool {
     }
 }
 
-/// A worker thread: runs queued jobs until idle for [`IDLE_EXIT`] or the pool closes.
-fn work(inner: &Inner) {
+/// A worker thread: runs queued jobs until idle for [`IDLE_EXIT`] (when it may `linger`;
+/// otherwise as soon as no job waits) or the pool closes.
+fn work(inner: &Inner, linger: bool) {
     let mut state = inner.state();
     loop {
         if let Some(job) = state.queue.pop_front() {
@@ -414,7 +459,7 @@ fn work(inner: &Inner) {
             state.running.remove(&job.id);
             continue;
         }
-        if state.closed {
+        if state.closed || !linger {
             break;
         }
         state.idle += 1;
@@ -448,21 +493,21 @@ fn watch(inner: &Inner) {
         }
         for running in state.running.values_mut() {
             match running.deadline {
-                Some(d) if d <= now => {
-                    if !running.stuck {
-                        running.stuck = true;
-                        expired.push((running.answer.clone(), true));
-                    }
+                Some(d) if d <= now && !running.stuck => {
+                    running.stuck = true;
+                    expired.push((running.answer.clone(), true));
                 }
-                Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
-                None => {}
+                Some(d) if d > now => next = Some(next.map_or(d, |n| n.min(d))),
+                _ => {}
             }
         }
         if !expired.is_empty() {
             drop(state);
             for (answer, started) in expired {
                 if answer.expire(started) && started {
-                    tracing::warn!("a job of a blocking pool outlived its deadline; its thread is abandoned");
+                    tracing::warn!(
+                        "a job of a blocking pool outlived its deadline; its thread is abandoned"
+                    );
                 }
             }
             state = inner.state();
@@ -523,14 +568,53 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_paused_clock_does_not_time_jobs_out() {
-        let pool = BlockingPool::new("t", 1);
-        let slow = pool
-            .run("nap", Some(Duration::from_secs(5)), |_| {
-                std::thread::sleep(Duration::from_millis(50));
-                "rested"
-            })
-            .await;
-        assert_eq!(slow, Ok("rested"));
+        for pool in [BlockingPool::new("t", 1), BlockingPool::on_runtime("t", 1)] {
+            let slow = pool
+                .run("nap", Some(Duration::from_secs(5)), |_| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    "rested"
+                })
+                .await;
+            assert_eq!(slow, Ok("rested"));
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn on_the_runtime_a_paused_clock_waits_for_the_job() {
+        let pool = BlockingPool::on_runtime("t", 1);
+        let before = tokio::time::Instant::now();
+        let timer = tokio::spawn(tokio::time::sleep(Duration::from_secs(60)));
+        pool.run("nap", Some(Duration::from_secs(5)), |_| {
+            std::thread::sleep(Duration::from_millis(50))
+        })
+        .await
+        .unwrap();
+        assert!(
+            before.elapsed() < Duration::from_secs(60),
+            "the clock jumped to the next timer while the job ran"
+        );
+        timer.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn on_the_runtime_stuck_jobs_hold_at_most_their_share_of_it() {
+        let pool = BlockingPool::on_runtime("t", 2);
+        let (release, held) = mpsc::channel::<()>();
+        let held = Arc::new(Mutex::new(held));
+        for _ in 0..2 {
+            let held = held.clone();
+            let r = pool
+                .run("stuck", Some(Duration::from_millis(20)), move |_| {
+                    let _ = held.lock().unwrap().recv();
+                })
+                .await;
+            assert_eq!(r, Err(PoolError::TimedOut { started: true }));
+        }
+        assert!(matches!(
+            pool.run("next", Some(Duration::from_secs(5)), |_| ()).await,
+            Err(PoolError::Full { .. })
+        ));
+        drop(release);
     }
 
     #[tokio::test]
@@ -565,7 +649,11 @@ mod tests {
         release.send(()).unwrap();
         let mut ok = false;
         for _ in 0..500 {
-            if pool.run("again", Some(Duration::from_secs(5)), |_| ()).await == Ok(()) {
+            if pool
+                .run("again", Some(Duration::from_secs(5)), |_| ())
+                .await
+                == Ok(())
+            {
                 ok = true;
                 break;
             }
