@@ -233,3 +233,55 @@ async fn blocking_observers_stall_neither_other_sessions_nor_timers() {
     }
     harness.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_user_code_thread_is_stuck_the_next_call_is_told_at_once() {
+    let finalized = Arc::new(AtomicUsize::new(0));
+    quiet_intentional_panics();
+    let harness = HarnessBuilder::new(registry(&finalized))
+        .config(dsh::scheduler::PipelineConfig {
+            user_code_threads: 1,
+            user_code_deadline: Duration::from_millis(300),
+            ..quick_config()
+        })
+        .build()
+        .await
+        .unwrap();
+    let session = harness
+        .open(
+            SessionLog::memory().await.unwrap(),
+            SchedulerConfig::default(),
+            None,
+        )
+        .await
+        .unwrap();
+    let first = session
+        .run_step(StepRequest::new(vec![call(
+            "f1",
+            "slow_finalize",
+            json!({}),
+        )]))
+        .await
+        .unwrap();
+    assert_eq!(code(&first.results[0]), "PIPELINE_ERROR");
+    // Its one thread is stuck for 20 s: the next call does not wait for it.
+    let started = Instant::now();
+    let second = session
+        .run_step(StepRequest::new(vec![call(
+            "f2",
+            "slow_finalize",
+            json!({}),
+        )]))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let text = second.results[0].text();
+    assert_eq!(code(&second.results[0]), "PIPELINE_ERROR", "{text}");
+    assert!(text.contains("stuck"), "{text}");
+    assert!(
+        text.contains("finalize_content of `slow_finalize`"),
+        "{text}"
+    );
+    session.shutdown().await;
+    harness.shutdown().await;
+}

@@ -245,7 +245,7 @@ impl Actor for CallLifecycle {
                                 };
                             let deadline = pipeline.config.user_code_deadline;
                             let outcome = answering.outcome(candidate, &finalize, deadline).await;
-                            // A stop while this froze answered `ABORTED` already.
+                            // Unless a stop gave up waiting on this freeze and answered first.
                             if let Some(port) = take(&reply) {
                                 let _ = port.send(outcome);
                             }
@@ -301,8 +301,9 @@ impl Actor for CallLifecycle {
         let deadline = answering.pipeline.config.cancelled_deadline;
         if answering.track.freezing() {
             // The result is being frozen: the call has ended, and a cancel arriving now does
-            // not change its result (its observers may be seeing it already). The run answers it, given `cancelled_deadline` more; a
-            // freeze stuck past that is answered `ABORTED` (not finalized again), so a stop
+            // not change its result (its observers may be seeing it already). The run answers
+            // it, given `cancelled_deadline` more; past that, this answers what the run froze,
+            // or `ABORTED` (not finalized again) if its finalize_content is stuck, so a stop
             // never waits on user code for long.
             let run = state.run.take();
             let port = state.reply.clone();
