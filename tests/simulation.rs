@@ -3,8 +3,11 @@
 //! Each seed builds a harness with random hooks (deny, ask, panic, rewrite, block, context),
 //! a random approver and guards, and runs random steps of random calls (latency, success,
 //! error, panic, ignoring cancellation, timeouts, schema violations, unknown tools, malformed
-//! arguments) while cancelling calls, steps and the session at random moments. After each
-//! seed the log and the results must hold every invariant; a failing seed prints itself.
+//! arguments) while cancelling calls, steps and the session at random moments. One seed in
+//! forty also misbehaves in the user code the pipeline calls synchronously: `present`,
+//! `finalize_content`, `tools/result` observers and guards that are slow (within their
+//! deadline), stuck (past it, in real time) or panic. After each seed the log and the results
+//! must hold every invariant; a failing seed prints itself.
 //!
 //! `DSH_SIM_SEEDS=N` runs N seeds (default 10,000); `DSH_SIM_SEED=S` runs only seed S.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -20,7 +23,7 @@ use dsh::core::{
     PreExecuteContext, PreExecuteHandler, PreExecuteOutcome, ResultObserver, RetryPolicy,
     SessionEvent, ToolCall, ToolRegistry,
 };
-use dsh::guards::{FnGuard, GuardCall, GuardVerdict};
+use dsh::guards::{FnGuard, GuardCall, GuardSet, GuardVerdict};
 use dsh::scheduler::{
     CancelTarget, HarnessBuilder, PipelineConfig, SchedulerConfig, SiblingPolicy, StepOutcome,
     StepRequest,
@@ -32,6 +35,84 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// How long stuck user code blocks its thread (real time), past every deadline of the sim.
+const STUCK: Duration = Duration::from_millis(300);
+/// The deadline of user code and guards in a misbehaving seed (real time): short, to keep
+/// the run quick, yet long enough that healthy code on a loaded machine stays within it.
+const DEADLINE: Duration = Duration::from_millis(120);
+
+/// What the sim's odd user code does, chosen by the text a call's result shows.
+fn odd(text: &str, what: &str) -> bool {
+    text.contains(what)
+}
+
+/// Blocks or panics as `text` says for `part` (`finalize`, `present`, `observer`, `guard`).
+fn misbehave(text: &str, part: &str) {
+    if odd(text, &format!("{part}:slow")) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if odd(text, &format!("{part}:stuck")) {
+        std::thread::sleep(STUCK);
+    }
+    if odd(text, &format!("{part}:panic")) {
+        panic!("sim {part} exploded");
+    }
+}
+
+/// A parallel probe whose `present` and `finalize_content` misbehave as its text says.
+struct Odd {
+    inner: ProbeTool,
+    /// `finalize_content` calls that went wrong (stuck or panicked).
+    finalize_misbehaved: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl dsh::core::ToolDefinition for Odd {
+    fn name(&self) -> &str {
+        "odd"
+    }
+    fn description(&self) -> &str {
+        "a probe whose synchronous parts misbehave"
+    }
+    fn input_schema(&self) -> Value {
+        self.inner.input_schema()
+    }
+    fn output_schema(&self) -> Option<Value> {
+        self.inner.output_schema()
+    }
+    fn execution_mode(&self) -> dsh::core::ExecutionMode {
+        self.inner.execution_mode()
+    }
+    fn is_concurrency_safe(&self, input: &Value) -> bool {
+        self.inner.is_concurrency_safe(input)
+    }
+    async fn execute(
+        &self,
+        input: Value,
+        ctx: dsh::core::ToolContext,
+    ) -> Result<Value, dsh::core::ToolFailure> {
+        self.inner.execute(input, ctx).await
+    }
+    fn present(&self, value: &Value) -> Vec<dsh::core::ContentBlock> {
+        misbehave(value["shown"].as_str().unwrap_or_default(), "present");
+        self.inner.present(value)
+    }
+    fn finalize_content(
+        &self,
+        content: Vec<dsh::core::ContentBlock>,
+    ) -> Vec<dsh::core::ContentBlock> {
+        let text = dsh::core::content::joined_text(&content);
+        if odd(&text, "finalize:stuck") || odd(&text, "finalize:panic") {
+            self.finalize_misbehaved.fetch_add(1, Ordering::SeqCst);
+            self.inner.probe.finalized.fetch_add(1, Ordering::SeqCst);
+            misbehave(&text, "finalize");
+            return content;
+        }
+        misbehave(&text, "finalize");
+        self.inner.finalize_content(content)
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum PreBehaviour {
@@ -64,6 +145,13 @@ struct World {
     max_in_flight: AtomicUsize,
     overlap: AtomicBool,
     observed: Mutex<Vec<FrozenResult>>,
+    /// Calls whose guard check blocks past its deadline, or panics.
+    guard_stuck: Mutex<HashSet<String>>,
+    guard_panics: Mutex<HashSet<String>>,
+    /// Calls whose user code was told to misbehave.
+    odd_calls: Mutex<HashSet<String>>,
+    /// This seed misbehaves.
+    misbehaving: bool,
 }
 
 struct SimPre(Arc<World>);
@@ -81,15 +169,20 @@ impl PreExecuteHandler for SimPre {
         {
             let mut in_flight = w.in_flight.lock().unwrap();
             let exclusive = w.exclusive_tools.contains(call.tool.name());
+            // A handler may be asked twice about one call (after a rewrite, the verification
+            // pass): count the call in flight once.
+            let again = in_flight.contains(call.call_id);
             let exclusive_now = w.exclusive_in_flight.load(Ordering::SeqCst);
-            if exclusive_now > 0 || (exclusive && !in_flight.is_empty()) {
-                w.overlap.store(true, Ordering::SeqCst);
+            if !again {
+                if exclusive_now > 0 || (exclusive && !in_flight.is_empty()) {
+                    w.overlap.store(true, Ordering::SeqCst);
+                }
+                in_flight.insert(call.call_id.to_string());
+                if exclusive {
+                    w.exclusive_in_flight.fetch_add(1, Ordering::SeqCst);
+                }
+                w.max_in_flight.fetch_max(in_flight.len(), Ordering::SeqCst);
             }
-            in_flight.insert(call.call_id.to_string());
-            if exclusive {
-                w.exclusive_in_flight.fetch_add(1, Ordering::SeqCst);
-            }
-            w.max_in_flight.fetch_max(in_flight.len(), Ordering::SeqCst);
         }
         let behaviour = w
             .pre
@@ -158,7 +251,16 @@ impl ResultObserver for SimObserver {
         {
             w.exclusive_in_flight.fetch_sub(1, Ordering::SeqCst);
         }
+        if std::env::var("SIM_DEBUG").is_ok() {
+            eprintln!(
+                "observed {} {:?} {}",
+                result.call_id(),
+                result.code(),
+                result.text()
+            );
+        }
         w.observed.lock().unwrap().push(result.clone());
+        misbehave(&result.text(), "observer");
     }
 }
 
@@ -180,6 +282,36 @@ impl ApprovalResponder for SimApprover {
 }
 
 fn random_call(rng: &mut StdRng, id: String, world: &World) -> ToolCall {
+    if world.misbehaving && rng.random_range(0..100) < 15 {
+        let what = [
+            "finalize:slow",
+            "finalize:stuck",
+            "finalize:panic",
+            "present:slow",
+            "present:stuck",
+            "present:panic",
+            "observer:slow",
+            "observer:stuck",
+            "observer:panic",
+            "guard:stuck",
+            "guard:panic",
+        ][rng.random_range(0..11)];
+        match what {
+            "guard:stuck" => {
+                world.guard_stuck.lock().unwrap().insert(id.clone());
+            }
+            "guard:panic" => {
+                world.guard_panics.lock().unwrap().insert(id.clone());
+            }
+            _ => {}
+        }
+        world.odd_calls.lock().unwrap().insert(id.clone());
+        let mut args = json!({"text": what});
+        if rng.random_bool(0.5) {
+            args["sleep_ms"] = json!(rng.random_range(0..100));
+        }
+        return ToolCall::new(id, "odd", args);
+    }
     let kind = rng.random_range(0..100);
     let tool = match rng.random_range(0..10) {
         0..=4 => "par",
@@ -249,11 +381,11 @@ fn random_call(rng: &mut StdRng, id: String, world: &World) -> ToolCall {
 }
 
 fn check_seed(
-    seed: u64,
     events: &[SessionEvent],
     outcomes: &[(Vec<ToolCall>, StepOutcome)],
     world: &World,
     probe: &Probe,
+    finalize_misbehaved: &AtomicUsize,
     cap: usize,
     known: &HashSet<String>,
 ) -> Result<(), String> {
@@ -268,6 +400,7 @@ fn check_seed(
     let mut paired: HashMap<u64, usize> = HashMap::new();
     let mut last_result_of_step: HashMap<u64, u64> = HashMap::new();
     let mut first_user_of_step: HashMap<u64, u64> = HashMap::new();
+    let mut total_marks = 0;
     for e in events {
         match &e.body {
             EventBody::ToolCall(_) => {
@@ -309,12 +442,19 @@ fn check_seed(
                 let text = dsh::core::content::joined_text(&data.message);
                 let marks = text.matches(FINALIZED).count();
                 let want = usize::from(known.contains(&name));
-                if marks != want {
+                // Odd user code may leave a result unfinalized (its finalize_content stuck or
+                // panicked, and never called twice), but never a success.
+                let odd_miss = marks == 0
+                    && want == 1
+                    && data.error.is_some()
+                    && world.odd_calls.lock().unwrap().contains(&data.call_id);
+                if marks != want && !odd_miss {
                     return Err(format!(
                         "result {} of {name} was finalized {marks} times: {text}",
                         e.seq
                     ));
                 }
+                total_marks += marks;
             }
             EventBody::UserMessage(_) => {
                 first_user_of_step.entry(e.step).or_insert(e.seq);
@@ -373,7 +513,15 @@ fn check_seed(
             observed.len()
         ));
     }
-    let _ = (seed, probe);
+    // finalize_content was called once per finalized result, plus once per call whose odd
+    // finalize_content went wrong: never twice for one call.
+    let called = probe.finalized.load(Ordering::SeqCst);
+    let went_wrong = finalize_misbehaved.load(Ordering::SeqCst);
+    if called != total_marks + went_wrong {
+        return Err(format!(
+            "finalize_content was called {called} times for {total_marks} finalized results and {went_wrong} that went wrong"
+        ));
+    }
     Ok(())
 }
 
@@ -384,6 +532,9 @@ fn run_seed(seed: u64) -> Result<(), String> {
         .build()
         .unwrap();
     rt.block_on(async move {
+        if std::env::var("SIM_DEBUG").is_ok() {
+            eprintln!("=== seed {seed}");
+        }
         let mut rng = StdRng::seed_from_u64(seed);
         let probe = Arc::new(Probe::default());
         let registry = Arc::new(ToolRegistry::new());
@@ -402,10 +553,18 @@ fn run_seed(seed: u64) -> Result<(), String> {
             backoff: Duration::from_millis(5),
         });
         registry.register(flaky).unwrap();
+        let finalize_misbehaved = Arc::new(AtomicUsize::new(0));
+        registry
+            .register(Odd {
+                inner: ProbeTool::new("odd", true, &probe),
+                finalize_misbehaved: finalize_misbehaved.clone(),
+            })
+            .unwrap();
         let known: HashSet<String> = registry.names().into_iter().collect();
 
         let world = Arc::new(World {
             exclusive_tools: ["ex", "flaky"].iter().map(|s| s.to_string()).collect(),
+            misbehaving: rng.random_range(0..40) == 0,
             ..World::default()
         });
         let mut hooks = Hooks::new();
@@ -415,13 +574,26 @@ fn run_seed(seed: u64) -> Result<(), String> {
         hooks.post_execute(SimPost(world.clone()));
         hooks.observe(SimObserver(world.clone()));
         let cap = rng.random_range(1..=5);
+        let deadline = if world.misbehaving {
+            DEADLINE
+        } else {
+            PipelineConfig::default().user_code_deadline
+        };
+        let guards = GuardSet::spawn(None)
+            .await
+            .unwrap()
+            .with_evaluation_timeout(deadline)
+            .with_pool_threads(2);
         let mut builder = HarnessBuilder::new(registry)
             .hooks(hooks)
             .config(PipelineConfig {
                 body_grace: Duration::from_millis(10),
                 approval_timeout: Duration::from_millis(100),
+                user_code_deadline: deadline,
+                cancelled_deadline: deadline,
                 ..PipelineConfig::default()
-            });
+            })
+            .guards(guards.clone());
         if rng.random_bool(0.7) {
             builder = builder.approval(Arc::new(SimApprover {
                 yes: rng.random_bool(0.6),
@@ -443,6 +615,12 @@ fn run_seed(seed: u64) -> Result<(), String> {
             .pipeline()
             .guards()
             .register(FnGuard::new("sim-guard", move |c: &GuardCall| {
+                if denies.guard_stuck.lock().unwrap().contains(&c.call_id) {
+                    std::thread::sleep(STUCK);
+                }
+                if denies.guard_panics.lock().unwrap().contains(&c.call_id) {
+                    panic!("sim guard exploded");
+                }
                 if denies.guard_denies.lock().unwrap().contains(&c.call_id) {
                     GuardVerdict::Deny("sim guard".into())
                 } else {
@@ -485,9 +663,18 @@ fn run_seed(seed: u64) -> Result<(), String> {
             outcomes.push((calls, outcome));
         }
         let events = log.snapshot().await.unwrap();
-        let checked = check_seed(seed, &events, &outcomes, &world, &probe, cap, &known);
+        let checked = check_seed(
+            &events,
+            &outcomes,
+            &world,
+            &probe,
+            &finalize_misbehaved,
+            cap,
+            &known,
+        );
         session.shutdown().await;
         harness.shutdown().await;
+        guards.shutdown().await;
         checked
     })
 }

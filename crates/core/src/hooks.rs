@@ -10,6 +10,33 @@
 //! The pre-execute decision only tightens as it falls: a handler can turn `allow` into `ask`
 //! or `deny`, and `ask` into `deny`, never back; the first `deny` ends the waterfall. A handler
 //! that fails or panics ends the call with `PIPELINE_ERROR` (the tool does not run).
+//!
+//! # Policy judges the input the body gets
+//!
+//! Every deny-type check (pre-execute handlers such as permission rules and the workspace
+//! sandbox, approval, the guards) judges the arguments the body will actually run with, in any
+//! registration order:
+//!
+//! - When a pre-execute handler rewrites the arguments, the handlers that judged the earlier
+//!   arguments (every one up to the last that changed them) are asked again, in order, about
+//!   the final ones. So a handler may be asked twice about one call: keep its side effects
+//!   idempotent. In that second pass a handler may answer the same arguments again (a rewrite
+//!   that settles, such as a path normalizer), but one that changes them again ends the call
+//!   `PIPELINE_ERROR`: the handlers must settle on one input. Approval and the guards come after
+//!   the waterfall and see the final arguments.
+//! - An around-wrapper ([`crate::Around`]) may not change the arguments: it runs after policy.
+//!   The pipeline compares what reaches the body with what policy judged, and a difference
+//!   ends the attempt `PIPELINE_ERROR` without running the body. (A wrapper may change the
+//!   signal, retry, time, or shape the outcome.)
+//!
+//! # Synchronous hooks run under a deadline
+//!
+//! [`ResultObserver::observe`] (like a tool's `present` and `finalize_content`) is called
+//! synchronously, on a thread of the pipeline's bounded pool, never on an async worker, and the
+//! pipeline waits for it at most a deadline (the scheduler's `PipelineConfig::user_code_deadline`,
+//! 5 s by default). An observer that blocks past it is given up on: the result is recorded as
+//! it was (an observer only observes), its thread is abandoned, and the observers after it in
+//! order see the result only if it ever returns.
 
 use crate::around::Around;
 use crate::content::ContentBlock;
@@ -136,7 +163,8 @@ impl PreExecuteOutcome {
     }
 }
 
-/// A `tools/pre-execute` handler: hooks, permissions and the sandbox live here.
+/// A `tools/pre-execute` handler: hooks, permissions and the sandbox live here. It may be
+/// asked twice about one call, when a handler rewrote the arguments (see the module docs).
 ///
 /// ```
 /// use async_trait::async_trait;
@@ -263,8 +291,9 @@ pub trait PostExecuteHandler: Send + Sync {
     ) -> Result<PostExecuteOutcome, HookError>;
 }
 
-/// A `tools/result` observer: sees every frozen result, synchronously. A panic here is logged
-/// and changes nothing.
+/// A `tools/result` observer: sees every frozen result, synchronously, once, before it is
+/// recorded. A panic here is logged and changes nothing; one that blocks past the pipeline's
+/// deadline is given up on (see the module docs).
 pub trait ResultObserver: Send + Sync {
     /// A name for logs.
     fn name(&self) -> &str;

@@ -25,6 +25,7 @@ pub mod event;
 pub mod hooks;
 pub mod live;
 pub mod policy;
+pub mod pool;
 pub mod registry;
 pub mod result;
 pub mod signal;

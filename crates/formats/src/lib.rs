@@ -26,7 +26,7 @@
 //! | each result | `{"role":"tool","tool_call_id","content"}`, in call order | a `tool_result` block `{"type":"tool_result","tool_use_id","content":[..]}`, in call order |
 //! | text content | the text blocks joined by `\n` | `{"type":"text","text"}` blocks (empty ones dropped: the API refuses them) |
 //! | image content | the text `[image omitted: MEDIA_TYPE]` in its place (tool messages carry text only) | `{"type":"image","source":{"type":"base64","media_type","data"}}` |
-//! | an error result | content `"CODE: " + text` (for example `DENIED: outside the workspace`) | `"is_error": true`, and the first text block starts with `"CODE: "` |
+//! | an error result | content `"CODE: " + text` (for example `DENIED: outside the workspace`; a text that already starts with `"CODE: "` is not prefixed again) | `"is_error": true`, and the first text block starts with `"CODE: "` |
 //! | deferred user messages | one `{"role":"user","content"}` each, after the tool messages | `text` blocks after the `tool_result` blocks, in the same single user message |
 //!
 //! An Anthropic step ends with exactly one user message (tool results, then deferred text).

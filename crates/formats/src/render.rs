@@ -100,8 +100,17 @@ fn openai_content(result: &TranscriptResult) -> String {
     let text = parts.join("\n");
     match &result.error {
         Some(e) if text.is_empty() => e.code.as_str().to_string(),
-        Some(e) => format!("{}: {text}", e.code),
+        Some(e) => with_code(e.code.as_str(), &text),
         None => text,
+    }
+}
+
+/// `CODE: text`, unless the text already starts so (code mode's report does): never
+/// "DENIED: DENIED: ...".
+fn with_code(code: &str, text: &str) -> String {
+    match text.strip_prefix(code) {
+        Some(rest) if rest.starts_with(": ") => text.to_string(),
+        _ => format!("{code}: {text}"),
     }
 }
 
@@ -151,7 +160,7 @@ fn anthropic_content(result: &TranscriptResult) -> Vec<Value> {
         {
             Some(first) => {
                 let text = first["text"].as_str().unwrap_or_default();
-                first["text"] = Value::String(format!("{code}: {text}"));
+                first["text"] = Value::String(with_code(code, text));
             }
             None => blocks.insert(0, json!({"type": "text", "text": code})),
         }

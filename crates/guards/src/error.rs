@@ -17,6 +17,9 @@ pub enum GuardsError {
         /// The replacement's id.
         new: String,
     },
+    /// A guard that cannot be registered (its `id()` panicked).
+    #[error("the guard cannot be registered: {0}")]
+    InvalidGuard(String),
     /// The guard-set actor did not answer.
     #[error("the guard set is unavailable: {0}")]
     Unavailable(String),

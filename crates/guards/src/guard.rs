@@ -48,13 +48,16 @@ pub enum GuardVerdict {
 /// A monotonic guard. It cannot allow anything: a yes from a human or a hook never overrules
 /// it. A guard that panics counts as a denial.
 pub trait Guard: Send + Sync + 'static {
-    /// Its identity: unique in a guard set, and protected (only the owner replaces it).
+    /// Its identity: unique in a guard set, and protected (only the owner replaces it). Read
+    /// once, when the guard is registered (or a replacement offered); the set keeps that
+    /// answer, so what `id()` says later changes nothing.
     fn id(&self) -> &str;
     /// Looks at one call.
     fn check(&self, call: &GuardCall) -> GuardVerdict;
     /// Whether [`Guard::check`] may block: do I/O, wait on a lock or a channel, or compute for
     /// long. `true` unless overridden, the safe answer: a snapshot holding such a guard is
-    /// evaluated on tokio's blocking pool, so it never stalls an async worker, and the
+    /// evaluated on the guard set's own pool of threads, so it never stalls an async worker nor
+    /// takes tokio's blocking pool, and the
     /// evaluation timeout can deny while it is still running.
     ///
     /// A guard that only inspects the call (matches a tool name, a path, an argument) should
@@ -69,7 +72,7 @@ pub trait Guard: Send + Sync + 'static {
 
 /// A guard made of a closure.
 ///
-/// [`FnGuard::new`] may block (it runs on the blocking pool); [`FnGuard::non_blocking`] is
+/// [`FnGuard::new`] may block (it runs on the guard set's pool); [`FnGuard::non_blocking`] is
 /// for a closure that only inspects the call, and runs in the calling task.
 ///
 /// ```

@@ -5,8 +5,10 @@
 //! - [`GuardSet`]: the registered monotonic guards, owned by one actor. A guard only denies or
 //!   abstains; registering returns a [`GuardOwner`], and only that owner can replace or remove
 //!   the guard. Each evaluation takes the actor's current [`GuardSnapshot`] and runs the
-//!   guards for that call alone, so a slow guard delays only its own call. When the actor
-//!   cannot answer, the verdict is a denial (fail-closed); so is a guard's panic.
+//!   guards for that call alone (guards that may block on the set's own bounded pool of
+//!   threads, never on tokio's blocking pool), so a slow guard delays only its own call. When
+//!   the actor cannot answer, the verdict is a denial (fail-closed); so is a guard's panic,
+//!   and so is an evaluation that finds every thread of the pool stuck.
 //! - [`PermissionRules`]: a `tools/pre-execute` handler loaded from TOML (`allow`, `ask`,
 //!   `deny` lists of `tool` or `tool(glob)` rules, `.gitignore`-like: a folder's rule covers
 //!   what is inside it; deny beats ask beats allow).
@@ -41,4 +43,7 @@ mod set;
 pub use error::GuardsError;
 pub use guard::{FnGuard, Guard, GuardCall, GuardVerdict};
 pub use permissions::{PermissionRules, Rule, RuleClass};
-pub use set::{DEFAULT_EVALUATION_TIMEOUT, GuardOwner, GuardSet, GuardSetMsg, GuardSnapshot};
+pub use set::{
+    DEFAULT_EVALUATION_TIMEOUT, DEFAULT_POOL_THREADS, GuardOwner, GuardSet, GuardSetMsg,
+    GuardSnapshot,
+};

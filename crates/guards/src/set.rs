@@ -9,10 +9,21 @@
 //! - **Evaluation does not run in the actor.** [`GuardSet::evaluate`] asks the actor for the
 //!   current snapshot (one short round trip: this is also the liveness check) and then runs the
 //!   guards itself. [`Guard::check`] is synchronous and may block, so a snapshot holding a
-//!   guard that may ([`Guard::may_block`], true unless a guard says otherwise) runs on tokio's
-//!   blocking pool: a slow guard delays only the call it is checking, and other calls and
-//!   registrations are answered meanwhile. A snapshot of guards that never block runs in the
-//!   calling task, without the pool's two thread handoffs.
+//!   guard that may ([`Guard::may_block`], true unless a guard says otherwise) runs on the
+//!   guard set's own bounded pool of threads ([`GuardSet::with_pool_threads`], default
+//!   [`DEFAULT_POOL_THREADS`]): a slow guard delays only the call it is checking, and other
+//!   calls and registrations are answered meanwhile. A snapshot of guards that never block
+//!   runs in the calling task, without the pool's two thread handoffs.
+//! - **Stuck guards stay in the guard set's pool.** A guard still running when its
+//!   evaluation timed out keeps its thread (nothing can stop a thread), and that thread is
+//!   *stuck*. Tokio's blocking pool, which the rest of the process needs (file I/O), is never
+//!   used for guards, so stuck guards cannot use it up. When every thread of the guard set's
+//!   pool is stuck, an evaluation is denied at once, naming the stuck guards ("guard set
+//!   overloaded: guard `ID` is stuck"), instead of waiting for a thread that may never come.
+//! - **A guard's identity is read once**, when it is registered (its [`Guard::id`], under a
+//!   panic guard, in the caller's task), and kept beside it: an `id()` that later answers
+//!   something else changes nothing, and one that panics is refused
+//!   ([`GuardsError::InvalidGuard`]) without reaching the actor.
 //! - The **supervisor** restarts the actor when it dies. The guards live in a store shared by
 //!   the actor and its supervisor, so a restarted actor keeps them.
 //!
@@ -21,11 +32,13 @@
 //! While the actor is down (killed, restarting, failed for good, shut down), every evaluation
 //! is a denial: the handle never lets a call through because it could not ask. A guard that
 //! panics denies the call it was checking. An evaluation whose guards are still running when
-//! [`GuardSet::with_evaluation_timeout`] (5 s unless changed) passes is a denial too.
+//! [`GuardSet::with_evaluation_timeout`] (5 s unless changed) passes is a denial too, and so is
+//! one that finds every thread of the pool stuck.
 
 use crate::error::GuardsError;
 use crate::guard::{Guard, GuardCall, GuardVerdict};
 use dsh_core::live::LiveActor;
+use dsh_core::pool::{Activity, BlockingPool, PoolError};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::hash_map::RandomState;
@@ -41,25 +54,62 @@ use std::time::Duration;
 /// Immutable: a registration, replacement or removal publishes a new snapshot and leaves the
 /// ones already handed out as they were, so an evaluation in flight keeps the set it started
 /// with. Cheap to clone (one `Arc`).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct GuardSnapshot {
-    guards: Arc<[Arc<dyn Guard>]>,
-    /// Some guard may block ([`Guard::may_block`]): evaluate on the blocking pool.
+    guards: Arc<[Registered]>,
+    /// Some guard may block ([`Guard::may_block`]): evaluate on the pool.
     may_block: bool,
+    /// The guard set's threads for guards that may block.
+    pool: BlockingPool,
+}
+
+/// A guard and the identity it was registered under.
+#[derive(Clone)]
+struct Registered {
+    id: Arc<str>,
+    guard: Arc<dyn Guard>,
+}
+
+impl Default for GuardSnapshot {
+    fn default() -> Self {
+        GuardSnapshot {
+            guards: Arc::new([]),
+            may_block: false,
+            pool: BlockingPool::new("guards", DEFAULT_POOL_THREADS),
+        }
+    }
 }
 
 impl fmt::Debug for GuardSnapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.guards.iter().map(|g| g.id()))
+            .entries(self.guards.iter().map(|g| &*g.id))
             .finish()
     }
+}
+
+/// The denial of an evaluation that found every thread of the pool stuck.
+fn overloaded(stuck: &[String]) -> GuardVerdict {
+    let mut names: Vec<&str> = stuck.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    let (noun, verb) = if names.len() == 1 {
+        ("guard", "is")
+    } else {
+        ("guards", "are")
+    };
+    let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    tracing::error!(stuck = ?names, "every thread of the guard set is stuck; denying at once");
+    GuardVerdict::Deny(format!(
+        "guard set overloaded: {noun} {} {verb} stuck; denied to be safe",
+        names.join(", ")
+    ))
 }
 
 impl GuardSnapshot {
     /// The guards' ids, in evaluation order.
     pub fn ids(&self) -> Vec<String> {
-        self.guards.iter().map(|g| g.id().to_string()).collect()
+        self.guards.iter().map(|g| g.id.to_string()).collect()
     }
 
     /// How many guards it holds.
@@ -73,7 +123,7 @@ impl GuardSnapshot {
     }
 
     /// True when some guard may block ([`Guard::may_block`]), so that
-    /// [`GuardSnapshot::evaluate`] runs the guards on tokio's blocking pool rather than in the
+    /// [`GuardSnapshot::evaluate`] runs the guards on the guard set's pool rather than in the
     /// calling task.
     pub fn may_block(&self) -> bool {
         self.may_block
@@ -83,17 +133,26 @@ impl GuardSnapshot {
     /// that panics is a denial. This blocks for as long as the guards take: from async code,
     /// use [`GuardSnapshot::evaluate`].
     pub fn check(&self, call: &GuardCall) -> GuardVerdict {
-        for guard in self.guards.iter() {
-            match catch_unwind(AssertUnwindSafe(|| guard.check(call))) {
+        self.check_as(call, None)
+    }
+
+    /// [`GuardSnapshot::check`], telling `activity` which guard runs, so that a thread stuck
+    /// in one is reported by name.
+    fn check_as(&self, call: &GuardCall, activity: Option<&Activity>) -> GuardVerdict {
+        for registered in self.guards.iter() {
+            let id = &*registered.id;
+            if let Some(activity) = activity {
+                activity.set(id);
+            }
+            match catch_unwind(AssertUnwindSafe(|| registered.guard.check(call))) {
                 Ok(GuardVerdict::Abstain) => {}
                 Ok(GuardVerdict::Deny(reason)) => {
-                    return GuardVerdict::Deny(format!("guard `{}`: {reason}", guard.id()));
+                    return GuardVerdict::Deny(format!("guard `{id}`: {reason}"));
                 }
                 Err(_) => {
-                    tracing::error!(guard = guard.id(), call_id = %call.call_id, "guard panicked; denying");
+                    tracing::error!(guard = id, call_id = %call.call_id, "guard panicked; denying");
                     return GuardVerdict::Deny(format!(
-                        "guard `{}` failed while checking the call",
-                        guard.id()
+                        "guard `{id}` failed while checking the call"
                     ));
                 }
             }
@@ -101,12 +160,17 @@ impl GuardSnapshot {
         GuardVerdict::Abstain
     }
 
-    /// Runs [`GuardSnapshot::check`] on tokio's blocking pool when some guard may block, so a
+    /// Runs [`GuardSnapshot::check`] on the guard set's pool when some guard may block, so a
     /// slow guard holds up only this call and never an async worker; a snapshot of guards that
     /// never block is checked right here, in the calling task. An empty snapshot answers at
-    /// once. Dropping the future stops waiting (a guard already running on the pool finishes
-    /// on its own thread, unheard).
+    /// once, and so does a pool whose every thread is stuck (a denial naming the stuck
+    /// guards). Dropping the future stops waiting (a guard already running on the pool
+    /// finishes on its own thread, unheard). No time limit: see [`GuardSet::evaluate`].
     pub async fn evaluate(&self, call: GuardCall) -> GuardVerdict {
+        self.evaluate_within(call, None).await
+    }
+
+    async fn evaluate_within(&self, call: GuardCall, limit: Option<Duration>) -> GuardVerdict {
         if self.is_empty() {
             return GuardVerdict::Abstain;
         }
@@ -115,11 +179,25 @@ impl GuardSnapshot {
         }
         let snapshot = self.clone();
         let call_id = call.call_id.clone();
-        match tokio::task::spawn_blocking(move || snapshot.check(&call)).await {
+        let first = self
+            .guards
+            .first()
+            .map(|g| g.id.to_string())
+            .unwrap_or_default();
+        let job = move |activity: &Activity| snapshot.check_as(&call, Some(activity));
+        match self.pool.run(first, limit, job).await {
             Ok(verdict) => verdict,
+            Err(PoolError::Full { stuck, .. }) => overloaded(&stuck),
+            Err(PoolError::TimedOut { .. }) => {
+                let limit = limit.unwrap_or_default();
+                tracing::warn!(call_id = %call_id, limit_ms = limit.as_millis() as u64, "guards did not answer in time; denying");
+                GuardVerdict::Deny(format!(
+                    "the guards did not answer within {} ms; denied to be safe",
+                    limit.as_millis()
+                ))
+            }
             Err(e) => {
-                // `check` catches the guards' panics, so this is a cancelled task (the runtime
-                // is shutting down): nobody could ask the guards.
+                // `check` catches the guards' panics, so the pool itself could not run them.
                 tracing::error!(call_id = %call_id, error = %e, "guard evaluation did not finish; denying");
                 GuardVerdict::Deny(format!(
                     "the guards could not be asked ({e}); denied to be safe"
@@ -129,10 +207,16 @@ impl GuardSnapshot {
     }
 }
 
+/// How many threads a guard set runs guards that may block on, unless told
+/// ([`GuardSet::with_pool_threads`]).
+pub const DEFAULT_POOL_THREADS: usize = 8;
+
 /// How long the guards may take on one call by default before it is denied.
 pub const DEFAULT_EVALUATION_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Entry {
+    /// The identity it was registered under (read once).
+    id: Arc<str>,
     guard: Arc<dyn Guard>,
     key: u64,
     /// [`Guard::may_block`], asked once when the guard is registered or replaced.
@@ -155,9 +239,27 @@ impl Registry {
     /// Publishes the entries as a new snapshot (after every change).
     fn publish(&mut self) {
         self.snapshot = GuardSnapshot {
-            guards: self.entries.iter().map(|e| e.guard.clone()).collect(),
+            guards: self
+                .entries
+                .iter()
+                .map(|e| Registered {
+                    id: e.id.clone(),
+                    guard: e.guard.clone(),
+                })
+                .collect(),
             may_block: self.entries.iter().any(|e| e.may_block),
+            pool: self.snapshot.pool.clone(),
         };
+    }
+}
+
+/// A guard's [`Guard::id`], read once under a panic guard.
+fn read_id(guard: &dyn Guard) -> Result<Arc<str>, GuardsError> {
+    match catch_unwind(AssertUnwindSafe(|| guard.id().to_string())) {
+        Ok(id) => Ok(Arc::from(id)),
+        Err(_) => Err(GuardsError::InvalidGuard(
+            "its id() panicked, so it has no identity".into(),
+        )),
     }
 }
 
@@ -183,6 +285,8 @@ impl Store {
 pub enum GuardSetMsg {
     /// Adds a guard; answers its owner key.
     Register {
+        /// The identity it is registered under (its `id()`, read once by the caller).
+        id: Arc<str>,
         /// The guard.
         guard: Arc<dyn Guard>,
         /// The answer.
@@ -192,6 +296,8 @@ pub enum GuardSetMsg {
     Replace {
         /// The owner key.
         key: u64,
+        /// The new guard's `id()`, read once by the caller; it must be the registered one.
+        id: Arc<str>,
         /// The new guard.
         guard: Arc<dyn Guard>,
         /// The answer.
@@ -277,15 +383,15 @@ impl Actor for GuardSetActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            GuardSetMsg::Register { guard, reply } => {
+            GuardSetMsg::Register { id, guard, reply } => {
+                let may_block = may_block(guard.as_ref());
                 let mut registry = state.store.registry();
-                let id = guard.id().to_string();
-                let answer = if registry.entries.iter().any(|e| e.guard.id() == id) {
-                    Err(GuardsError::IdTaken(id))
+                let answer = if registry.entries.iter().any(|e| e.id == id) {
+                    Err(GuardsError::IdTaken(id.to_string()))
                 } else {
                     let key = fresh_key();
-                    let may_block = may_block(guard.as_ref());
                     registry.entries.push(Entry {
+                        id,
                         guard,
                         key,
                         may_block,
@@ -296,19 +402,25 @@ impl Actor for GuardSetActor {
                 drop(registry);
                 let _ = reply.send(answer);
             }
-            GuardSetMsg::Replace { key, guard, reply } => {
+            GuardSetMsg::Replace {
+                key,
+                id,
+                guard,
+                reply,
+            } => {
+                let blocks = may_block(guard.as_ref());
                 let mut registry = state.store.registry();
                 let answer = match registry.entries.iter_mut().find(|e| e.key == key) {
-                    Some(e) if e.guard.id() != guard.id() => Err(GuardsError::IdentityChanged {
-                        old: e.guard.id().to_string(),
-                        new: guard.id().to_string(),
+                    Some(e) if e.id != id => Err(GuardsError::IdentityChanged {
+                        old: e.id.to_string(),
+                        new: id.to_string(),
                     }),
                     Some(e) => {
-                        e.may_block = may_block(guard.as_ref());
+                        e.may_block = blocks;
                         e.guard = guard;
                         Ok(())
                     }
-                    None => Err(GuardsError::NotOwner(guard.id().to_string())),
+                    None => Err(GuardsError::NotOwner(id.to_string())),
                 };
                 if answer.is_ok() {
                     registry.publish();
@@ -319,9 +431,7 @@ impl Actor for GuardSetActor {
             GuardSetMsg::Unregister { id, key, reply } => {
                 let mut registry = state.store.registry();
                 let before = registry.entries.len();
-                registry
-                    .entries
-                    .retain(|e| !(e.key == key && e.guard.id() == id));
+                registry.entries.retain(|e| !(e.key == key && *e.id == *id));
                 let answer = if registry.entries.len() < before {
                     registry.publish();
                     Ok(())
@@ -503,6 +613,8 @@ impl Actor for GuardSupervisor {
 #[derive(Clone)]
 pub struct GuardSet {
     current: Current,
+    /// The guards and the pool, shared with the actor.
+    store: Arc<Store>,
     supervisor: ActorRef<()>,
     restarts: Arc<AtomicU64>,
     timeout: Duration,
@@ -572,6 +684,7 @@ impl GuardSet {
     ) -> Result<GuardSet, GuardsError> {
         let current = args.current.clone();
         let restarts = args.restarts.clone();
+        let store = args.store.clone();
         let spawned = match host {
             Some(host) => Actor::spawn_linked(None, GuardSupervisor, args, host).await,
             None => Actor::spawn(None, GuardSupervisor, args).await,
@@ -579,6 +692,7 @@ impl GuardSet {
         let (supervisor, _) = spawned.map_err(|e| GuardsError::Unavailable(e.to_string()))?;
         Ok(GuardSet {
             current,
+            store,
             supervisor,
             restarts,
             timeout: Duration::from_secs(5),
@@ -605,6 +719,19 @@ impl GuardSet {
         self
     }
 
+    /// How many threads the guard set runs guards that may block on (default
+    /// [`DEFAULT_POOL_THREADS`]). The pool belongs to the set, so this applies to every handle
+    /// of it; evaluations already running keep the pool they started on. When every thread
+    /// is stuck in a guard that outlived its evaluation, calls are denied at once ("guard set
+    /// overloaded"), naming the stuck guards.
+    pub fn with_pool_threads(self, threads: usize) -> Self {
+        let mut registry = self.store.registry();
+        registry.snapshot.pool = BlockingPool::new("guards", threads);
+        registry.publish();
+        drop(registry);
+        self
+    }
+
     /// No limit on the guards' running time: a guard that hangs holds its call until the call
     /// is cancelled. For guards that legitimately wait long (a human in the loop).
     pub fn without_evaluation_timeout(mut self) -> Self {
@@ -621,20 +748,27 @@ impl GuardSet {
         self.register_arc(Arc::new(guard)).await
     }
 
-    /// Registers a shared guard.
+    /// Registers a shared guard, under the identity its [`Guard::id`] gives now (read once:
+    /// what it answers later changes nothing). A guard whose `id()` panics is refused
+    /// ([`GuardsError::InvalidGuard`]).
     pub async fn register_arc(&self, guard: Arc<dyn Guard>) -> Result<GuardOwner, GuardsError> {
-        let id = guard.id().to_string();
+        let id = read_id(guard.as_ref())?;
         let actor = self.actor()?;
+        let registered = id.clone();
         let key = unavailable(
             actor
                 .call(
-                    |reply| GuardSetMsg::Register { guard, reply },
+                    |reply| GuardSetMsg::Register {
+                        id: registered,
+                        guard,
+                        reply,
+                    },
                     Some(self.timeout),
                 )
                 .await,
         )??;
         Ok(GuardOwner {
-            id,
+            id: id.to_string(),
             key,
             set: self.clone(),
         })
@@ -679,16 +813,7 @@ impl GuardSet {
                 limit.as_millis()
             ));
         }
-        match tokio::time::timeout(limit, snapshot.evaluate(call)).await {
-            Ok(verdict) => verdict,
-            Err(_) => {
-                tracing::warn!(call_id = %call_id, limit_ms = limit.as_millis() as u64, "guards did not answer in time; denying");
-                GuardVerdict::Deny(format!(
-                    "the guards did not answer within {} ms; denied to be safe",
-                    limit.as_millis()
-                ))
-            }
-        }
+        snapshot.evaluate_within(call, Some(limit)).await
     }
 
     /// The ids of the registered guards, in evaluation order.
@@ -747,15 +872,21 @@ impl GuardOwner {
         &self.id
     }
 
-    /// Replaces the guard with another of the same id.
+    /// Replaces the guard with another of the same id (read once, as at registration).
     pub async fn replace(&self, guard: impl Guard) -> Result<(), GuardsError> {
         let guard: Arc<dyn Guard> = Arc::new(guard);
+        let id = read_id(guard.as_ref())?;
         let key = self.key;
         let actor = self.set.actor()?;
         unavailable(
             actor
                 .call(
-                    |reply| GuardSetMsg::Replace { key, guard, reply },
+                    |reply| GuardSetMsg::Replace {
+                        key,
+                        id,
+                        guard,
+                        reply,
+                    },
                     Some(self.set.timeout),
                 )
                 .await,

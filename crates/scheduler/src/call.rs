@@ -1,12 +1,19 @@
 //! The call-lifecycle actor: one per call, spawned linked to the scheduler.
 //!
 //! It owns the call's run through the chain (a task it can abandon) and answers the call's
-//! frozen result exactly once, through a oneshot the scheduler waits on. Its handlers are
-//! short, so supervisor signals reach it at once:
+//! frozen result exactly once, through a oneshot the scheduler waits on: the task freezes the
+//! result itself (`finalize_content` and observers run on the user-code pool, which the actor
+//! never waits on), and whichever of the task and `post_stop` takes the answer port first
+//! answers. Its handlers are short, so supervisor signals reach it at once:
 //!
 //! - `stop` (the scheduler cancelling the call, the step or the session) ends the run where it
 //!   is; `post_stop` answers `ABORTED_BEFORE_DISPATCH` if the body had not started and
-//!   `ABORTED` if it had, even when the body would have succeeded.
+//!   `ABORTED` if it had, even when the body would have succeeded. That result is frozen in a
+//!   task of its own under [`crate::PipelineConfig::cancelled_deadline`], so a stop never
+//!   waits on user code. A stop that finds the result already being frozen (its
+//!   `finalize_content` called) comes too late to change it: the run answers it, given
+//!   `cancelled_deadline` more; past that the call is answered `ABORTED`, not finalized again
+//!   (`finalize_content` is called at most once per call).
 //! - `kill` or a panic skips `post_stop`; the answer port is then dropped with the state and
 //!   the scheduler closes the call itself (same codes).
 //! - A panic in the run that escapes every stage's own guard is caught around the whole run
@@ -34,7 +41,7 @@ use tracing::Instrument;
 pub(crate) type SharedAck = Shared<BoxFuture<'static, Result<u64, SessionError>>>;
 
 /// What a call answers.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct CallOutcome {
     pub result: FrozenResult,
     pub contexts: Vec<String>,
@@ -45,10 +52,30 @@ pub(crate) struct CallOutcome {
 /// The call actor's messages.
 #[derive(Debug)]
 pub(crate) enum CallMsg {
-    /// The run reached a candidate (with its `finalize` span).
-    Finished(Candidate, tracing::Span),
+    /// The run answered the call (or found it answered).
+    Finished,
     /// The `tool/call` could not be recorded: the call must not run.
     NotRecorded(SessionError),
+}
+
+/// The call's answer port, taken once by whoever answers first: the run or `post_stop`.
+type AnswerPort = Arc<std::sync::Mutex<Option<oneshot::Sender<CallOutcome>>>>;
+
+fn take(port: &AnswerPort) -> Option<oneshot::Sender<CallOutcome>> {
+    port.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// What freezing and answering a call needs.
+#[derive(Clone)]
+struct Answering {
+    pipeline: Arc<Pipeline>,
+    input: ToolExecutionInput,
+    track: Arc<CallTrack>,
+    subcalls: Arc<SubCalls>,
+    span: tracing::Span,
+    /// The run's outcome once frozen, before its observers: what a stop that comes while
+    /// they run answers.
+    frozen: Arc<std::sync::Mutex<Option<CallOutcome>>>,
 }
 
 pub(crate) struct CallArgs {
@@ -64,13 +91,9 @@ pub(crate) struct CallArgs {
 pub(crate) struct CallLifecycle;
 
 pub(crate) struct CallState {
-    pipeline: Arc<Pipeline>,
-    input: ToolExecutionInput,
-    track: Arc<CallTrack>,
-    reply: Option<oneshot::Sender<CallOutcome>>,
+    answering: Answering,
+    reply: AnswerPort,
     run: Option<tokio::task::JoinHandle<()>>,
-    subcalls: Arc<SubCalls>,
-    span: tracing::Span,
     _live: LiveActor,
 }
 
@@ -102,11 +125,14 @@ pub(crate) fn interrupted(input: &ToolExecutionInput, body_started: bool) -> Can
     }
 }
 
-impl CallState {
-    fn answer(&mut self, mut candidate: Candidate, finalize: &tracing::Span) {
-        let Some(reply) = self.reply.take() else {
-            return;
-        };
+impl Answering {
+    /// Closes the sub-calls still in flight and freezes the result under `deadline`.
+    async fn outcome(
+        &self,
+        mut candidate: Candidate,
+        finalize: &tracing::Span,
+        deadline: std::time::Duration,
+    ) -> CallOutcome {
         let reason = self.input.signal.reason().map_or_else(
             || "the parent call ended first".to_string(),
             |r| r.to_string(),
@@ -129,15 +155,28 @@ impl CallState {
             None => None,
         };
         let contexts = std::mem::take(&mut candidate.contexts);
-        let result =
-            self.pipeline
-                .complete(&self.input.call_id, &self.input.name, candidate, finalize);
+        let result = self
+            .pipeline
+            .finalize(
+                &self.input.call_id,
+                &self.input.name,
+                candidate,
+                finalize,
+                &self.track,
+                deadline,
+            )
+            .await;
         telemetry::record_outcome(&self.span, &result, self.pipeline.config.record_content);
-        let _ = reply.send(CallOutcome {
+        let outcome = CallOutcome {
             result,
             contexts,
             log_error,
-        });
+        };
+        *self.frozen.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome.clone());
+        self.pipeline
+            .observe(&outcome.result, finalize, &self.track, deadline)
+            .await;
+        outcome
     }
 }
 
@@ -161,49 +200,68 @@ impl Actor for CallLifecycle {
             span,
         } = args;
         let dispatcher: Option<Arc<dyn SubCallDispatcher>> = Some(subcalls.clone());
+        let answering = Answering {
+            pipeline,
+            input,
+            track,
+            subcalls,
+            span,
+            frozen: Arc::default(),
+        };
+        let reply: AnswerPort = Arc::new(std::sync::Mutex::new(Some(reply)));
         let run = {
-            let pipeline = pipeline.clone();
-            let input = input.clone();
-            let track = track.clone();
-            let call_span = span.clone();
+            let answering = answering.clone();
+            let reply = reply.clone();
+            let call_span = answering.span.clone();
+            let instrument = answering.span.clone();
             tokio::spawn(
                 async move {
+                    let Answering {
+                        pipeline,
+                        input,
+                        track,
+                        ..
+                    } = &answering;
                     // Write-ahead: nothing of the call runs before its tool/call is durable.
                     let msg = match recorded.await {
                         Ok(_) => {
                             // Every stage catches its own panics; this catches what escapes
                             // them, so the call still answers instead of hanging its step.
-                            let run = pipeline.run(&input, &track, dispatcher, &call_span);
-                            match AssertUnwindSafe(run).catch_unwind().await {
-                                Ok((candidate, finalize)) => CallMsg::Finished(candidate, finalize),
-                                Err(payload) => {
-                                    let why = panic::message(payload.as_ref());
-                                    tracing::error!(call_id = %input.call_id, panic = %why, "the pipeline panicked");
-                                    CallMsg::Finished(
-                                        Candidate::failed(
-                                            ErrorCode::PipelineError,
-                                            format!("the pipeline panicked: {why}"),
-                                        ),
-                                        telemetry::phase_span(&call_span, "finalize"),
-                                    )
-                                }
+                            let run = pipeline.run(input, track, dispatcher, &call_span);
+                            let (candidate, finalize) =
+                                match AssertUnwindSafe(run).catch_unwind().await {
+                                    Ok(ran) => ran,
+                                    Err(payload) => {
+                                        let why = panic::message(payload.as_ref());
+                                        tracing::error!(call_id = %input.call_id, panic = %why, "the pipeline panicked");
+                                        (
+                                            Candidate::failed(
+                                                ErrorCode::PipelineError,
+                                                format!("the pipeline panicked: {why}"),
+                                            ),
+                                            telemetry::phase_span(&call_span, "finalize"),
+                                        )
+                                    }
+                                };
+                            let deadline = pipeline.config.user_code_deadline;
+                            let outcome = answering.outcome(candidate, &finalize, deadline).await;
+                            // Unless a stop gave up waiting on this freeze and answered first.
+                            if let Some(port) = take(&reply) {
+                                let _ = port.send(outcome);
                             }
+                            CallMsg::Finished
                         }
                         Err(e) => CallMsg::NotRecorded(e),
                     };
                     let _ = myself.send_message(msg);
                 }
-                .instrument(span.clone()),
+                .instrument(instrument),
             )
         };
         Ok(CallState {
-            pipeline,
-            input,
-            track,
-            reply: Some(reply),
+            answering,
+            reply,
             run: Some(run),
-            subcalls,
-            span,
             _live: LiveActor::new(),
         })
     }
@@ -215,11 +273,11 @@ impl Actor for CallLifecycle {
         state: &mut CallState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            CallMsg::Finished(candidate, finalize) => state.answer(candidate, &finalize),
+            CallMsg::Finished => {}
             CallMsg::NotRecorded(e) => {
                 // Dropping the reply tells the scheduler; it knows from the ack why.
-                tracing::error!(call_id = %state.input.call_id, error = %e, "tool/call not recorded; the call does not run");
-                state.reply = None;
+                tracing::error!(call_id = %state.answering.input.call_id, error = %e, "tool/call not recorded; the call does not run");
+                drop(take(&state.reply));
             }
         }
         myself.stop(None);
@@ -231,14 +289,59 @@ impl Actor for CallLifecycle {
         _myself: ActorRef<CallMsg>,
         state: &mut CallState,
     ) -> Result<(), ActorProcessingErr> {
-        if state.reply.is_some() {
-            // Stopped before the run finished: a cancel.
+        let answered = state
+            .reply
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none();
+        if answered {
+            return Ok(());
+        }
+        let answering = state.answering.clone();
+        let deadline = answering.pipeline.config.cancelled_deadline;
+        if answering.track.freezing() {
+            // The result is being frozen: the call has ended, and a cancel arriving now does
+            // not change its result (its observers may be seeing it already). The run answers
+            // it, given `cancelled_deadline` more; past that, this answers what the run froze,
+            // or `ABORTED` (not finalized again) if its finalize_content is stuck, so a stop
+            // never waits on user code for long.
+            let run = state.run.take();
+            let port = state.reply.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(deadline).await;
+                if let Some(port) = take(&port) {
+                    if let Some(run) = run {
+                        run.abort();
+                    }
+                    // Frozen but held up by its observers: that result. Else `ABORTED`.
+                    let frozen = answering
+                        .frozen
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take();
+                    let outcome = match frozen {
+                        Some(outcome) => outcome,
+                        None => {
+                            let candidate = interrupted(&answering.input, true);
+                            let finalize = telemetry::phase_span(&answering.span, "finalize");
+                            answering.outcome(candidate, &finalize, deadline).await
+                        }
+                    };
+                    let _ = port.send(outcome);
+                }
+            });
+        } else if let Some(port) = take(&state.reply) {
+            // Stopped before the run answered: a cancel.
             if let Some(run) = state.run.take() {
                 run.abort();
             }
-            let candidate = interrupted(&state.input, state.track.body_started());
-            let finalize = telemetry::phase_span(&state.span, "finalize");
-            state.answer(candidate, &finalize);
+            let candidate = interrupted(&answering.input, answering.track.body_started());
+            let finalize = telemetry::phase_span(&answering.span, "finalize");
+            // Frozen off this handler: a stop never waits on user code.
+            tokio::spawn(async move {
+                let outcome = answering.outcome(candidate, &finalize, deadline).await;
+                let _ = port.send(outcome);
+            });
         }
         Ok(())
     }

@@ -5,7 +5,9 @@
 //!
 //! Its handlers never wait on a call: every call runs in its own linked [`CallLifecycle`]
 //! actor, and a small forwarder task turns the call's acknowledgement and answer into one
-//! `CallDone` message. A call's answer travels through a oneshot, never through the actor's
+//! `CallDone` message. Nor on user code: a result the scheduler closes itself (a call never
+//! reached, not recorded, or ended without an answer) is frozen in a task (`finalize_content`
+//! and observers run on the user-code pool), which reports back with `Closed`. A call's answer travels through a oneshot, never through the actor's
 //! last message, so a termination notice arriving first cannot lose it.
 
 use crate::call::{CallArgs, CallLifecycle, CallMsg, CallOutcome, SharedAck, interrupted};
@@ -19,7 +21,7 @@ use dsh_core::event::{ToolCallData, ToolResultData, UserMessageData};
 use dsh_core::live::LiveActor;
 use dsh_core::{
     Arguments, CancelHandle, CancelReason, DeferredMessage, ErrorCode, EventBody, ExecutionMode,
-    FrozenResult, Signal, ToolCall, ToolExecutionInput,
+    FrozenResult, Signal, ToolCall, ToolError, ToolExecutionInput,
 };
 use dsh_session::{SessionError, SessionLog};
 use futures::FutureExt;
@@ -48,10 +50,31 @@ pub(crate) enum SchedulerMsg {
         recorded: Result<u64, SessionError>,
         outcome: Option<CallOutcome>,
     },
+    /// A result the scheduler closed itself is frozen (from its closing task).
+    Closed {
+        step: u64,
+        index: usize,
+        result: FrozenResult,
+        record: Record,
+    },
     /// The step's results and deferred messages are recorded and its caller answered.
     StepDone { step: u64 },
-    /// Take no more steps (queued ones are answered `ShutDown`); answer once idle.
-    Drain { reply: oneshot::Sender<()> },
+    /// Take no more steps (queued ones are answered `ShutDown`); answer once idle. `busy`
+    /// answers at once whether a step was running.
+    Drain {
+        busy: oneshot::Sender<bool>,
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// Where a closed result goes in the log.
+pub(crate) enum Record {
+    /// After its recorded `tool/call`.
+    AtSeq(u64),
+    /// After a `tool/call` sent when the call was closed (a call never reached).
+    AfterCall(BoxFuture<'static, Result<u64, SessionError>>),
+    /// Nowhere: its `tool/call` could not be recorded.
+    Nowhere,
 }
 
 /// How a session's scheduler places calls.
@@ -89,6 +112,8 @@ enum SlotState {
         track: Arc<CallTrack>,
         input: ToolExecutionInput,
     },
+    /// Its result is being frozen by a closing task.
+    Closing,
     Done,
 }
 
@@ -156,25 +181,46 @@ fn is_parallel(pipeline: &Pipeline, call: &ToolCall) -> bool {
 
 /// Freezes the result of a call the scheduler closes itself (never reached, not recorded, or
 /// ended without an answer), through the same snapshot, `finalize_content` and observers as
-/// every other result, under a span of its own.
-fn close_call(
-    pipeline: &Pipeline,
+/// every other result (unless the call's `finalize_content` was already called), under a span
+/// of its own. Runs in a task; reports back with `Closed`.
+#[allow(clippy::too_many_arguments)]
+fn close_later(
+    pipeline: &Arc<Pipeline>,
+    myself: &ActorRef<SchedulerMsg>,
     step: u64,
-    call_id: &str,
-    name: &str,
-    arguments: &Arguments,
+    index: usize,
+    call: &ToolCall,
     candidate: Candidate,
-) -> FrozenResult {
-    let record = pipeline.config.record_content;
-    let span = telemetry::call_span(name, call_id, step, None, arguments, record);
-    let result = pipeline.complete(
-        call_id,
-        name,
-        candidate,
-        &telemetry::phase_span(&span, "finalize"),
+    track: Arc<CallTrack>,
+    record: Record,
+) {
+    let pipeline = pipeline.clone();
+    let myself = myself.clone();
+    let (call_id, name, arguments) = (
+        call.call_id.clone(),
+        call.name.clone(),
+        call.arguments.clone(),
     );
-    telemetry::record_outcome(&span, &result, record);
-    result
+    tokio::spawn(async move {
+        let record_content = pipeline.config.record_content;
+        let span = telemetry::call_span(&name, &call_id, step, None, &arguments, record_content);
+        let deadline = if candidate.error.as_ref().is_some_and(|e| e.code.is_abort()) {
+            pipeline.config.cancelled_deadline
+        } else {
+            pipeline.config.user_code_deadline
+        };
+        let finalize = telemetry::phase_span(&span, "finalize");
+        let result = pipeline
+            .freeze(&call_id, &name, candidate, &finalize, &track, deadline)
+            .await;
+        telemetry::record_outcome(&span, &result, record_content);
+        let _ = myself.send_message(SchedulerMsg::Closed {
+            step,
+            index,
+            result,
+            record,
+        });
+    });
 }
 
 /// Empty and repeated ids get fresh ones, so pairing by id stays exact within the step.
@@ -298,7 +344,7 @@ impl SchedulerState {
                 .clone()
                 .or_else(|| run.slots[i].cancel_requested.clone())
             {
-                never_reached(&self.pipeline, &self.log, run, i, reason);
+                never_reached(&self.pipeline, &self.log, myself, run, i, reason);
                 run.next += 1;
                 continue;
             }
@@ -330,20 +376,17 @@ impl SchedulerState {
         let records = std::mem::take(&mut run.records);
         let deferred = std::mem::take(&mut run.deferred);
         let mut log_error = run.log_error.take();
-        let pipeline = &self.pipeline;
         let results: Vec<FrozenResult> = run
             .slots
             .iter()
             .map(|s| {
-                // Every slot has its result by now; this only keeps the answer whole if not.
+                // Every slot has its result by now; this only keeps the answer whole if not
+                // (unreachable, so not worth a trip through finalize_content).
                 s.result.clone().unwrap_or_else(|| {
-                    close_call(
-                        pipeline,
-                        step,
+                    FrozenResult::error(
                         &s.call.call_id,
                         &s.call.name,
-                        &s.call.arguments,
-                        Candidate::failed(ErrorCode::PipelineError, "the call has no result"),
+                        ToolError::new(ErrorCode::PipelineError, "the call has no result"),
                     )
                 })
             })
@@ -418,7 +461,7 @@ impl SchedulerState {
                     SlotState::Waiting => {
                         slot.cancel_requested = Some(CancelReason::Caller(String::new()));
                     }
-                    SlotState::Done => {}
+                    SlotState::Closing | SlotState::Done => {}
                 }
             }
             CancelTarget::Step | CancelTarget::Session => {
@@ -441,7 +484,6 @@ impl SchedulerState {
         recorded: Result<u64, SessionError>,
         outcome: Option<CallOutcome>,
     ) {
-        let policy = self.config.sibling_policy;
         let Some(run) = self.current.as_mut().filter(|r| r.step == step) else {
             tracing::warn!(step, index, "a call finished after its step; ignored");
             return;
@@ -454,7 +496,7 @@ impl SchedulerState {
             track,
             input,
             ..
-        } = std::mem::replace(&mut slot.state, SlotState::Done)
+        } = std::mem::replace(&mut slot.state, SlotState::Closing)
         else {
             return;
         };
@@ -462,8 +504,7 @@ impl SchedulerState {
         if !slot.parallel {
             run.exclusive_running = false;
         }
-        run.finished += 1;
-        let result = match (recorded, outcome) {
+        match (recorded, outcome) {
             (Ok(seq), Some(outcome)) => {
                 if let Some(e) = outcome.log_error {
                     run.log_error.get_or_insert(e);
@@ -474,7 +515,7 @@ impl SchedulerState {
                         origin: slot.call.call_id.clone(),
                     }));
                 record_result(&self.log, run.step, seq, &outcome.result, &mut run.records);
-                outcome.result
+                self.settle(myself, index, outcome.result);
             }
             (Ok(seq), None) => {
                 // The call actor ended without answering (killed, or failed).
@@ -486,32 +527,85 @@ impl SchedulerState {
                         "the call's lifecycle ended without a result",
                     )
                 };
-                let result = close_call(
+                close_later(
                     &self.pipeline,
-                    run.step,
-                    &input.call_id,
-                    &input.name,
-                    &input.arguments,
+                    myself,
+                    step,
+                    index,
+                    &slot.call,
                     candidate,
+                    track,
+                    Record::AtSeq(seq),
                 );
-                record_result(&self.log, run.step, seq, &result, &mut run.records);
-                result
             }
             (Err(e), _) => {
                 // Nothing of it ran (write-ahead), and nothing of it is in the log.
                 let message =
                     format!("the call was not run: its tool/call could not be recorded ({e})");
                 run.log_error.get_or_insert(e);
-                close_call(
+                close_later(
                     &self.pipeline,
-                    run.step,
-                    &input.call_id,
-                    &input.name,
-                    &input.arguments,
+                    myself,
+                    step,
+                    index,
+                    &slot.call,
                     Candidate::failed(ErrorCode::PipelineError, message),
-                )
+                    track,
+                    Record::Nowhere,
+                );
             }
+        }
+    }
+
+    /// A result a closing task froze: record it and settle its slot.
+    fn closed(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+        step: u64,
+        index: usize,
+        result: FrozenResult,
+        record: Record,
+    ) {
+        let Some(run) = self.current.as_mut().filter(|r| r.step == step) else {
+            tracing::warn!(step, index, "a call was closed after its step; ignored");
+            return;
         };
+        if !run
+            .slots
+            .get(index)
+            .is_some_and(|s| matches!(s.state, SlotState::Closing))
+        {
+            return;
+        }
+        match record {
+            Record::AtSeq(seq) => record_result(&self.log, step, seq, &result, &mut run.records),
+            Record::AfterCall(call_ack) => {
+                let data = ToolResultData::from_frozen(&result);
+                let log = self.log.clone();
+                run.records.push(
+                    async move {
+                        let seq = call_ack.await?;
+                        log.send(step, EventBody::result(data, seq)).await
+                    }
+                    .boxed(),
+                );
+            }
+            Record::Nowhere => {}
+        }
+        self.settle(myself, index, result);
+    }
+
+    /// A slot has its result: count it, apply the sibling policy, and start what may start.
+    fn settle(&mut self, myself: &ActorRef<SchedulerMsg>, index: usize, result: FrozenResult) {
+        let policy = self.config.sibling_policy;
+        let Some(run) = self.current.as_mut() else {
+            return;
+        };
+        let Some(slot) = run.slots.get_mut(index) else {
+            return;
+        };
+        slot.state = SlotState::Done;
+        run.finished += 1;
         let failed = result.code().is_some_and(|c| !c.is_abort());
         let call_id = result.call_id().to_string();
         slot.result = Some(result);
@@ -551,40 +645,32 @@ fn record_result(
     records.push(ack.boxed());
 }
 
-/// A call the step will never reach: a synthesized `tool/call` + `tool/result` pair.
+/// A call the step will never reach: a synthesized `tool/call` + `tool/result` pair. The call
+/// is sent now (block order); its result once its closing task has frozen it.
 fn never_reached(
-    pipeline: &Pipeline,
+    pipeline: &Arc<Pipeline>,
     log: &SessionLog,
+    myself: &ActorRef<SchedulerMsg>,
     run: &mut StepRun,
     i: usize,
     reason: CancelReason,
 ) {
     let slot = &mut run.slots[i];
     let call_ack = log.send(run.step, call_event(&slot.call, &run.agent));
-    let result = close_call(
+    slot.state = SlotState::Closing;
+    close_later(
         pipeline,
+        myself,
         run.step,
-        &slot.call.call_id,
-        &slot.call.name,
-        &slot.call.arguments,
+        i,
+        &slot.call,
         Candidate::failed(
             ErrorCode::AbortedBeforeDispatch,
             format!("the call was cancelled before it started: {reason}"),
         ),
+        Arc::new(CallTrack::default()),
+        Record::AfterCall(call_ack.boxed()),
     );
-    let data = ToolResultData::from_frozen(&result);
-    let log = log.clone();
-    let step = run.step;
-    run.records.push(
-        async move {
-            let seq = call_ack.await?;
-            log.send(step, EventBody::result(data, seq)).await
-        }
-        .boxed(),
-    );
-    slot.result = Some(result);
-    slot.state = SlotState::Done;
-    run.finished += 1;
 }
 
 fn start_call(
@@ -719,6 +805,12 @@ impl Actor for Scheduler {
                 recorded,
                 outcome,
             } => state.call_done(&myself, step, index, recorded, outcome),
+            SchedulerMsg::Closed {
+                step,
+                index,
+                result,
+                record,
+            } => state.closed(&myself, step, index, result, record),
             SchedulerMsg::StepDone { step } => {
                 if state.current.as_ref().is_some_and(|r| r.step == step) {
                     state.current = None;
@@ -731,11 +823,12 @@ impl Actor for Scheduler {
                     state.begin(&myself, request, reply, cancelled);
                 }
             }
-            SchedulerMsg::Drain { reply } => {
+            SchedulerMsg::Drain { busy, reply } => {
                 // Steps that have not started are refused: nothing of them is in the log.
                 for (_, queued, _) in state.queue.drain(..) {
                     let _ = queued.send(Err(SchedulerError::ShutDown));
                 }
+                let _ = busy.send(state.current.is_some());
                 let waiters = state.draining.get_or_insert_with(Vec::new);
                 if state.current.is_none() {
                     let _ = reply.send(());

@@ -1,6 +1,11 @@
 //! The facade the agent loop holds: a [`Harness`] (the shared pipeline) opens [`Session`]s
 //! (one scheduler actor and one session log each) and keeps a table of the ones open, so that
 //! an id is served by one session at a time and [`Harness::shutdown`] closes them all.
+//!
+//! The table does not keep a session alive: dropping the last handle of a session shuts it
+//! down (as [`Session::shutdown`] does, in a task on the runtime: a call in flight is recorded
+//! `ABORTED`, the log is closed and its lock released, every actor stops, and the session
+//! leaves the table), the way tokio's handles end their tasks.
 
 use crate::error::SchedulerError;
 use crate::pipeline::{Pipeline, PipelineConfig};
@@ -15,6 +20,7 @@ use ractor::{Actor, ActorCell, ActorId, ActorRef, ActorStatus};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -214,13 +220,23 @@ impl HarnessBuilder {
     }
 }
 
+/// A session in the table: its scheduler, and the session while a handle of it is held.
+#[derive(Debug)]
+struct Entry {
+    actor: ActorRef<SchedulerMsg>,
+    session: Weak<SessionInner>,
+}
+
 /// The sessions a harness has open.
 #[derive(Debug, Default)]
 struct Table {
     /// Set by [`Harness::shutdown`]: no more sessions.
     closed: bool,
-    /// Every session opened and not yet shut down, by its scheduler's id.
-    open: HashMap<ActorId, Session>,
+    /// Every session opened and not yet shut down, by its scheduler's id (a dropped session
+    /// stays until its shutdown has closed its log).
+    open: HashMap<ActorId, Entry>,
+    /// The shutdowns of dropped sessions, which [`Harness::shutdown`] waits for.
+    dropping: Vec<tokio::task::JoinHandle<()>>,
     /// The ids of sessions opened by id: the scheduler serving each, or none while it opens.
     ids: HashMap<String, Option<ActorId>>,
     /// Sessions that died without a shutdown are dropped from the table when it grows to this.
@@ -245,11 +261,19 @@ impl Table {
                 .retain(|_, a| a.as_ref().is_none_or(|a| open.contains_key(a)));
             self.prune_at = (self.open.len() * 2).max(64);
         }
-        let actor = session.actor.get_id();
-        if let Some(id) = &session.id {
+        self.dropping.retain(|d| !d.is_finished());
+        let inner = &session.inner;
+        let actor = inner.actor.get_id();
+        if let Some(id) = &inner.id {
             self.ids.insert(id.to_string(), Some(actor));
         }
-        self.open.insert(actor, session.clone());
+        self.open.insert(
+            actor,
+            Entry {
+                actor: inner.actor.clone(),
+                session: Arc::downgrade(inner),
+            },
+        );
     }
 
     fn remove(&mut self, actor: ActorId, id: Option<&str>) {
@@ -363,10 +387,13 @@ impl Harness {
         // writer still appending to the same log.
         log.actor_cell().link(actor.get_cell());
         let session = Session {
-            actor,
-            log,
-            id,
-            table: Arc::downgrade(&self.table),
+            inner: Arc::new(SessionInner {
+                actor,
+                log,
+                id,
+                table: Arc::downgrade(&self.table),
+                shutting_down: AtomicBool::new(false),
+            }),
         };
         let refused = {
             let mut table = lock(&self.table);
@@ -486,7 +513,7 @@ impl Harness {
         lock(&self.table)
             .open
             .values()
-            .filter(|s| alive(&s.actor))
+            .filter(|e| alive(&e.actor))
             .count()
     }
 
@@ -524,18 +551,24 @@ impl Harness {
     /// # });
     /// ```
     pub async fn shutdown_within(&self, grace: Duration) -> HarnessShutdownReport {
-        let sessions: Vec<Session> = {
+        let (sessions, dropping): (Vec<Session>, Vec<_>) = {
             let mut table = lock(&self.table);
             table.closed = true;
-            table
+            let sessions = table
                 .open
                 .values()
-                .filter(|s| alive(&s.actor))
-                .cloned()
-                .collect()
+                .filter(|e| alive(&e.actor))
+                .filter_map(|e| e.session.upgrade())
+                .map(|inner| Session { inner })
+                .collect();
+            (sessions, std::mem::take(&mut table.dropping))
         };
         let reports =
             futures::future::join_all(sessions.iter().map(|s| s.shutdown_within(grace))).await;
+        // Dropped sessions shut themselves down; wait for them (bounded like the rest).
+        for dropped in dropping {
+            let _ = tokio::time::timeout(Duration::from_secs(15), dropped).await;
+        }
         {
             let mut table = lock(&self.table);
             table.open.clear();
@@ -555,26 +588,35 @@ impl Harness {
 /// What [`Harness::shutdown`] did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HarnessShutdownReport {
-    /// Sessions that were still open and were shut down.
+    /// Sessions that were still open (a handle held) and were shut down.
     pub sessions: usize,
-    /// Of those, the ones whose running step outlived the grace and was cancelled.
+    /// Of those, the ones that had a step running when the shutdown began, which outlived the
+    /// grace and was cancelled (an idle session is never counted).
     pub cancelled_in_flight: usize,
     /// Failures met closing their logs.
     pub log_errors: Vec<SessionError>,
 }
 
-/// One session: its scheduler actor and its log.
+/// One session: its scheduler actor and its log. Clones share the session; dropping the last
+/// one shuts it down (see [`Session::shutdown`]), in a task on the current tokio runtime (with
+/// no runtime, its scheduler is stopped, and the writer with it).
 #[derive(Clone)]
 pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+struct SessionInner {
     actor: ActorRef<SchedulerMsg>,
     log: SessionLog,
     /// The id it was opened with ([`Harness::open_session`]).
     id: Option<Arc<str>>,
     /// The harness's table, left when the session is shut down.
     table: Weak<Mutex<Table>>,
+    /// A shutdown has begun: dropping the last handle has nothing left to do.
+    shutting_down: AtomicBool,
 }
 
-impl fmt::Debug for Session {
+impl fmt::Debug for SessionInner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Session")
             .field("id", &self.id)
@@ -584,10 +626,100 @@ impl fmt::Debug for Session {
     }
 }
 
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        if self.shutting_down.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let parts = Parts {
+            actor: self.actor.clone(),
+            log: self.log.clone(),
+            id: self.id.clone(),
+            table: self.table.clone(),
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::debug!(scheduler = %self.actor.get_id(), "the last handle of a session was dropped; shutting it down");
+                let table = self.table.upgrade();
+                let task = runtime.spawn(async move {
+                    parts.shut_down(Duration::ZERO).await;
+                });
+                if let Some(table) = table {
+                    lock(&table).dropping.push(task);
+                }
+            }
+            Err(_) => {
+                // No runtime to run a graceful shutdown on: stop the scheduler (its writer is
+                // linked under it and goes too); recovery closes what was in flight.
+                tracing::warn!(scheduler = %self.actor.get_id(), "a session was dropped outside a tokio runtime; stopping it without recording its calls in flight");
+                self.actor.stop(Some("session dropped".into()));
+            }
+        }
+    }
+}
+
+/// What a shutdown needs, owned, so it can outlive the session's handles.
+struct Parts {
+    actor: ActorRef<SchedulerMsg>,
+    log: SessionLog,
+    id: Option<Arc<str>>,
+    table: Weak<Mutex<Table>>,
+}
+
+impl Parts {
+    async fn shut_down(&self, grace: Duration) -> ShutdownReport {
+        let mut report = ShutdownReport::default();
+        let (busy_tx, busy_rx) = tokio::sync::oneshot::channel();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self
+            .actor
+            .send_message(SchedulerMsg::Drain {
+                busy: busy_tx,
+                reply: tx,
+            })
+            .is_ok()
+        {
+            let busy = matches!(
+                tokio::time::timeout(Duration::from_secs(10), busy_rx).await,
+                Ok(Ok(true))
+            );
+            let mut rx = rx;
+            if busy && tokio::time::timeout(grace, &mut rx).await.is_err() {
+                report.cancelled_in_flight = true;
+                let _ = self
+                    .actor
+                    .send_message(SchedulerMsg::Cancel(CancelTarget::Session));
+                // Cancelled calls answer within the pipeline's `cancelled_deadline`; the
+                // bound only guards a lost actor.
+                let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
+            }
+        }
+        if let Err(e) = self.log.close().await {
+            tracing::warn!(error = %e, "closing the session log failed");
+            report.log_error = Some(e);
+        }
+        let _ = self
+            .actor
+            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
+            .await;
+        if let Some(table) = self.table.upgrade() {
+            lock(&table).remove(self.actor.get_id(), self.id.as_deref());
+        }
+        report
+    }
+}
+
 impl Session {
     /// Runs one step: every call gets exactly one result, recorded before this returns.
     pub async fn run_step(&self, request: StepRequest) -> Result<StepOutcome, SchedulerError> {
         match self
+            .inner
             .actor
             .call(|reply| SchedulerMsg::RunStep { request, reply }, None)
             .await
@@ -654,24 +786,25 @@ impl Session {
     /// # });
     /// ```
     pub fn cancel(&self, target: CancelTarget) -> Result<(), SchedulerError> {
-        self.actor
+        self.inner
+            .actor
             .send_message(SchedulerMsg::Cancel(target))
             .map_err(|e| SchedulerError::Unavailable(e.to_string()))
     }
 
     /// The session's log.
     pub fn log(&self) -> &SessionLog {
-        &self.log
+        &self.inner.log
     }
 
     /// The id it was opened with, for a session opened by [`Harness::open_session`].
     pub fn id(&self) -> Option<&str> {
-        self.id.as_deref()
+        self.inner.id.as_deref()
     }
 
     /// The scheduler actor (for supervision).
     pub fn actor_cell(&self) -> ActorCell {
-        self.actor.get_cell()
+        self.inner.actor.get_cell()
     }
 
     /// Cancels whatever runs at once, then shuts down (see [`Session::shutdown_within`]).
@@ -736,43 +869,23 @@ impl Session {
     /// # });
     /// ```
     pub async fn shutdown_within(&self, grace: Duration) -> ShutdownReport {
-        let mut report = ShutdownReport::default();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self
-            .actor
-            .send_message(SchedulerMsg::Drain { reply: tx })
-            .is_ok()
-        {
-            let mut rx = rx;
-            match tokio::time::timeout(grace, &mut rx).await {
-                Ok(_) => {}
-                Err(_) => {
-                    report.cancelled_in_flight = true;
-                    let _ = self.cancel(CancelTarget::Session);
-                    // Cancelled calls answer at once; the bound only guards a lost actor.
-                    let _ = tokio::time::timeout(Duration::from_secs(10), rx).await;
-                }
-            }
+        let inner = &self.inner;
+        inner.shutting_down.store(true, Ordering::SeqCst);
+        Parts {
+            actor: inner.actor.clone(),
+            log: inner.log.clone(),
+            id: inner.id.clone(),
+            table: inner.table.clone(),
         }
-        if let Err(e) = self.log.close().await {
-            tracing::warn!(error = %e, "closing the session log failed");
-            report.log_error = Some(e);
-        }
-        let _ = self
-            .actor
-            .stop_and_wait(Some("shutdown".into()), Some(Duration::from_secs(10)))
-            .await;
-        if let Some(table) = self.table.upgrade() {
-            lock(&table).remove(self.actor.get_id(), self.id.as_deref());
-        }
-        report
+        .shut_down(grace)
+        .await
     }
 }
 
 /// What a shutdown had to do.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShutdownReport {
-    /// The grace ran out and the running step was cancelled.
+    /// A step was running when the shutdown began, the grace ran out, and it was cancelled.
     pub cancelled_in_flight: bool,
     /// Closing the log failed.
     pub log_error: Option<dsh_session::SessionError>,

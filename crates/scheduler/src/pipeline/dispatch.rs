@@ -17,12 +17,17 @@
 //!   except `TOOL_TIMEOUT` (the timeout wrapper's answer when a deadline passes) and
 //!   `ABORTED` once the caller's signal has fired (an interrupt stays an interrupt).
 //! - A panic in a wrapper is `PIPELINE_ERROR`.
+//!
+//! Wrappers may not change the arguments: policy (the pre-execute waterfall, approval, the
+//! guards) judged the arguments the chain was handed, so the leaf compares what reaches it
+//! with those, and a difference ends the attempt `PIPELINE_ERROR` without running the body.
 
 use super::candidate::Candidate;
 use super::panic;
 use super::{CallTrack, Pipeline};
 use async_trait::async_trait;
 use dsh_core::around::{DispatchOutcome, DispatchRequest, Leaf, Next};
+use dsh_core::pool::{Activity, PoolError};
 use dsh_core::{
     ContentBlock, ErrorCode, PathPolicies, RegisteredTool, Signal, SubCallDispatcher, ToolContext,
     ToolExecutionInput, ToolFailure,
@@ -50,6 +55,8 @@ struct BodyLeaf<'a> {
     dispatcher: Option<Arc<dyn SubCallDispatcher>>,
     policy: PathPolicies,
     grace: Duration,
+    /// The arguments policy judged: the only ones the body may run with.
+    approved: Value,
     /// Every failure the leaf answered (code and message), to tell them from a wrapper's.
     failures: Mutex<Vec<(ErrorCode, String)>>,
 }
@@ -93,6 +100,16 @@ impl Leaf for BodyLeaf<'_> {
 
 impl BodyLeaf<'_> {
     async fn run_body(&self, req: DispatchRequest) -> DispatchOutcome {
+        if req.arguments != self.approved {
+            tracing::error!(
+                tool = self.tool.definition().name(),
+                "an around-wrapper changed the arguments; the body does not run"
+            );
+            return Err(ToolFailure::with_code(
+                ErrorCode::PipelineError,
+                "an around-wrapper changed the arguments after policy judged them; wrappers may not change arguments, so the tool did not run",
+            ));
+        }
         let signal = Signal::fuse([req.signal, self.caller.clone()]);
         if signal.is_cancelled() {
             return Err(ended_by_signal(&signal));
@@ -150,6 +167,7 @@ pub(super) async fn run(
         dispatcher,
         policy: pipeline.policy.clone(),
         grace: pipeline.config.body_grace,
+        approved: arguments.clone(),
         failures: Mutex::new(Vec::new()),
     };
     let req = DispatchRequest {
@@ -202,21 +220,46 @@ pub(super) async fn run(
             format!("{whose} does not match its output schema: {why}"),
         ));
     }
-    let definition = tool.definition();
-    match std::panic::catch_unwind(AssertUnwindSafe(|| definition.present(&value))) {
-        Ok(content) => Ok(Candidate::success(value, content)),
-        Err(payload) => Err(Candidate::failed(
-            ErrorCode::ToolError,
-            format!(
-                "the tool failed to present its result: {}",
-                panic::message(payload.as_ref())
-            ),
-        )),
-    }
+    let content = present(pipeline, tool, &value).await?;
+    Ok(Candidate::success(value, content))
 }
 
-/// Presents a value again (after a post-execute handler replaced it).
-pub(super) fn present(tool: &RegisteredTool, value: &Value) -> Result<Vec<ContentBlock>, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(|| tool.definition().present(value)))
-        .map_err(|payload| panic::message(payload.as_ref()))
+/// The tool's `present`, on the user-code pool under the deadline: a panic is the tool's
+/// failure (`TOOL_ERROR`); not returning in time, or not being run because every user-code
+/// thread is stuck, is `PIPELINE_ERROR`.
+pub(super) async fn present(
+    pipeline: &Pipeline,
+    tool: &RegisteredTool,
+    value: &Value,
+) -> Result<Vec<ContentBlock>, Candidate> {
+    let definition = tool.definition().clone();
+    let name = definition.name().to_string();
+    let value = value.clone();
+    let deadline = pipeline.config.user_code_deadline;
+    let job = move |_: &Activity| definition.present(&value);
+    match pipeline
+        .user_code
+        .run(format!("present of `{name}`"), Some(deadline), job)
+        .await
+    {
+        Ok(content) => Ok(content),
+        Err(PoolError::Panicked(message)) => Err(Candidate::failed(
+            ErrorCode::ToolError,
+            format!("the tool failed to present its result: {message}"),
+        )),
+        Err(e) => {
+            let why = match e {
+                PoolError::TimedOut { started: true } => format!(
+                    "did not return within {} ms; the pipeline stopped waiting",
+                    deadline.as_millis()
+                ),
+                other => format!("could not be run: {other}"),
+            };
+            tracing::error!(tool = %name, reason = %why, "present failed");
+            Err(Candidate::failed(
+                ErrorCode::PipelineError,
+                format!("present of `{name}` {why}"),
+            ))
+        }
+    }
 }

@@ -12,9 +12,19 @@
 //! | `tools/result` observers      | `observe.rs`      |
 //!
 //! [`Pipeline::run`] takes a call from its recorded `tool/call` to a candidate result;
-//! [`Pipeline::complete`] freezes a candidate (snapshot, `finalize_content`, observers). Both
-//! are driven by the call-lifecycle actor; `complete` also closes calls that were cancelled,
-//! so every result of a known tool passes `finalize_content` exactly once.
+//! [`Pipeline::freeze`] freezes a candidate (snapshot, `finalize_content`, observers). Both
+//! are driven by the call-lifecycle actor's task; `freeze` also closes calls that were
+//! cancelled, so every result of a known tool passes `finalize_content` exactly once.
+//!
+//! User code the chain calls synchronously (`present`, `finalize_content`, the `tools/result`
+//! observers) runs on at most [`PipelineConfig::user_code_threads`] threads of tokio's
+//! blocking pool, never on an async worker, under
+//! [`PipelineConfig::user_code_deadline`] (real time): a blocking `finalize_content` or
+//! `present` ends its call `PIPELINE_ERROR` when the deadline passes (its thread is abandoned),
+//! and an observer past the deadline is given up on (the result stays as it was: an observer
+//! only observes). `finalize_content` is called at most once per call, tracked on the call
+//! ([`CallTrack`]): a result whose `finalize_content` was already called (and then timed out,
+//! panicked, or was abandoned by a cancel) is frozen without calling it again.
 
 // A stage that ends a call answers the error candidate as `Err`: it is an ordinary outcome
 // taken once per call, so boxing it would only add an allocation.
@@ -33,6 +43,7 @@ mod pre_execute;
 
 use crate::pipeline::candidate::Candidate;
 use crate::telemetry;
+use dsh_core::pool::BlockingPool;
 use dsh_core::{
     ApprovalResponder, Arguments, ErrorCode, FrozenResult, Hooks, PathPolicies, PathPolicy,
     ProtectedPaths, RegisteredTool, SubCallDispatcher, ToolExecutionInput, ToolRegistry,
@@ -61,6 +72,23 @@ pub struct PipelineConfig {
     /// Record arguments and results on the tracing spans (off by default: they may hold
     /// data that should not leave the process).
     pub record_content: bool,
+    /// `additionalContexts` of one call, together, larger than this are cut, with a note
+    /// saying so (default 64 KiB).
+    pub max_context_bytes: usize,
+    /// How long user code the chain calls synchronously (`present`, `finalize_content`, the
+    /// `tools/result` observers) may run, in real time, before the pipeline stops waiting
+    /// (default 5 s). Past it, a `present` or `finalize_content` ends the call
+    /// `PIPELINE_ERROR`; observers are given up on. The code's thread is abandoned.
+    pub user_code_deadline: Duration,
+    /// The same for a call that was cancelled (its `ABORTED*` result still passes
+    /// `finalize_content` once): shorter (default 1 s), so a shutdown keeps its deadline.
+    /// Past it the result stays `ABORTED*`, not finalized.
+    pub cancelled_deadline: Duration,
+    /// How many threads of tokio's blocking pool that user code may hold at once (default
+    /// 16). When every one is stuck in code that outlived its deadline, such code is not run
+    /// at all: `present` and `finalize_content` end their call `PIPELINE_ERROR` at once,
+    /// naming what is stuck; so stuck user code never holds more of the runtime than this.
+    pub user_code_threads: usize,
 }
 
 impl Default for PipelineConfig {
@@ -71,6 +99,10 @@ impl Default for PipelineConfig {
             max_content_bytes: 256 * 1024,
             max_json_depth: 128,
             record_content: false,
+            max_context_bytes: 64 * 1024,
+            user_code_deadline: Duration::from_secs(5),
+            cancelled_deadline: Duration::from_secs(1),
+            user_code_threads: 16,
         }
     }
 }
@@ -85,6 +117,8 @@ pub struct Pipeline {
     pub(crate) config: PipelineConfig,
     /// Handed to every body: the protected paths, then each pre-execute handler's rules.
     pub(crate) policy: PathPolicies,
+    /// Where user code the chain calls synchronously runs.
+    pub(crate) user_code: BlockingPool,
 }
 
 impl fmt::Debug for Pipeline {
@@ -102,9 +136,27 @@ impl fmt::Debug for Pipeline {
 #[derive(Debug, Default)]
 pub(crate) struct CallTrack {
     body_started: AtomicBool,
+    freezing: AtomicBool,
+    finalize_started: AtomicBool,
+    observed: AtomicBool,
 }
 
 impl CallTrack {
+    /// True once the call's result is being frozen (a cancel then comes too late to change it).
+    pub(crate) fn freezing(&self) -> bool {
+        self.freezing.load(Ordering::SeqCst)
+    }
+
+    /// True the first time only: the observers may be given this call's result now.
+    pub(crate) fn begin_observe(&self) -> bool {
+        !self.observed.swap(true, Ordering::SeqCst)
+    }
+
+    /// True the first time only: `finalize_content` may be called for this call now.
+    pub(crate) fn begin_finalize(&self) -> bool {
+        !self.finalize_started.swap(true, Ordering::SeqCst)
+    }
+
     pub(crate) fn mark_body_started(&self) {
         self.body_started.store(true, Ordering::SeqCst);
     }
@@ -130,6 +182,7 @@ impl Pipeline {
                 .filter_map(|h| h.path_policy())
                 .collect(),
         );
+        let user_code = BlockingPool::on_runtime("user-code", config.user_code_threads);
         Pipeline {
             registry,
             hooks,
@@ -137,6 +190,7 @@ impl Pipeline {
             approval,
             config,
             policy,
+            user_code,
         }
     }
 
@@ -256,8 +310,79 @@ impl Pipeline {
         Ok((tool, arguments, outcome?))
     }
 
-    /// normalize → `finalize_content` → freeze → observers. Synchronous, and run exactly once
-    /// per result.
+    /// normalize → `finalize_content` → freeze → observers, for one result: `finalize_content`
+    /// and the observers on the user-code pool, each under `deadline` (real time). The call's
+    /// `track` makes `finalize_content` run, and the observers see a result, at most once for
+    /// it (a result frozen again after a stuck freeze is neither finalized nor observed
+    /// again).
+    pub(crate) async fn freeze(
+        &self,
+        call_id: &str,
+        tool_name: &str,
+        candidate: Candidate,
+        span: &Span,
+        track: &CallTrack,
+        deadline: Duration,
+    ) -> FrozenResult {
+        let frozen = self
+            .finalize(call_id, tool_name, candidate, span, track, deadline)
+            .await;
+        self.observe(&frozen, span, track, deadline).await;
+        frozen
+    }
+
+    /// The first half of [`Pipeline::freeze`]: normalize → `finalize_content` → freeze.
+    pub(crate) async fn finalize(
+        &self,
+        call_id: &str,
+        tool_name: &str,
+        candidate: Candidate,
+        span: &Span,
+        track: &CallTrack,
+        deadline: Duration,
+    ) -> FrozenResult {
+        track.freezing.store(true, Ordering::SeqCst);
+        let snapshot = {
+            let _in = span.enter();
+            normalize::snapshot(&self.config, candidate)
+        };
+        let tool = self.registry.get(tool_name);
+        let finalized = match &tool {
+            Some(tool) if track.begin_finalize() => {
+                let definition = tool.definition().clone();
+                let content = snapshot.content.clone();
+                let job = move |_: &dsh_core::pool::Activity| definition.finalize_content(content);
+                let label = format!("finalize_content of `{tool_name}`");
+                finalize::Finalized::from_pool(
+                    self.user_code.run(label, Some(deadline), job).await,
+                    tool_name,
+                    deadline,
+                )
+            }
+            Some(_) => finalize::Finalized::AlreadyCalled,
+            None => finalize::Finalized::NoTool,
+        };
+        let _in = span.enter();
+        finalize::freeze(&self.config, call_id, tool_name, snapshot, finalized)
+    }
+
+    /// The second half of [`Pipeline::freeze`]: the `tools/result` observers, once per call.
+    pub(crate) async fn observe(
+        &self,
+        frozen: &FrozenResult,
+        span: &Span,
+        track: &CallTrack,
+        deadline: Duration,
+    ) {
+        if track.begin_observe() {
+            observe::notify(self, frozen, deadline)
+                .instrument(span.clone())
+                .await;
+        }
+    }
+
+    /// [`Pipeline::freeze`] for a caller that cannot wait asynchronously (a sub-call's ledger):
+    /// the same, blocking the calling thread for up to twice the user-code deadline.
     pub(crate) fn complete(
         &self,
         call_id: &str,
@@ -267,9 +392,23 @@ impl Pipeline {
     ) -> FrozenResult {
         let _in_finalize = finalize.enter();
         let snapshot = normalize::snapshot(&self.config, candidate);
-        let tool = self.registry.get(tool_name);
-        let frozen = finalize::freeze(call_id, tool_name, tool.as_deref(), snapshot);
-        observe::notify(&self.hooks, &frozen);
+        let deadline = self.config.user_code_deadline;
+        let finalized = match self.registry.get(tool_name) {
+            Some(tool) => {
+                let definition = tool.definition().clone();
+                let content = snapshot.content.clone();
+                let job = move |_: &dsh_core::pool::Activity| definition.finalize_content(content);
+                let label = format!("finalize_content of `{tool_name}`");
+                finalize::Finalized::from_pool(
+                    self.user_code.run_blocking(label, Some(deadline), job),
+                    tool_name,
+                    deadline,
+                )
+            }
+            None => finalize::Finalized::NoTool,
+        };
+        let frozen = finalize::freeze(&self.config, call_id, tool_name, snapshot, finalized);
+        observe::notify_blocking(self, &frozen, deadline);
         frozen
     }
 }

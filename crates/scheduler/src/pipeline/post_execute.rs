@@ -10,10 +10,14 @@
 //! later handler replacing the other kind ends the result as `PIPELINE_ERROR` naming both
 //! handlers. Neither replacement is silently lost that way (a value replaced after a content
 //! redaction would be presented again and undo the redaction).
+//!
+//! The `additionalContexts` a call gathers are cut to
+//! [`super::PipelineConfig::max_context_bytes`] together, with a note saying what was cut.
 
 use super::Pipeline;
 use super::candidate::Candidate;
 use super::dispatch;
+use super::normalize;
 use super::panic;
 use dsh_core::{ErrorCode, PostExecuteContext, RegisteredTool, Replacement, ToolExecutionInput};
 use futures::FutureExt;
@@ -21,6 +25,18 @@ use serde_json::Value;
 use std::panic::AssertUnwindSafe;
 
 pub(super) async fn run(
+    pipeline: &Pipeline,
+    tool: &RegisteredTool,
+    input: &ToolExecutionInput,
+    arguments: &Value,
+    candidate: Candidate,
+) -> Candidate {
+    let mut candidate = run_handlers(pipeline, tool, input, arguments, candidate).await;
+    normalize::bound_contexts(&pipeline.config, &mut candidate.contexts);
+    candidate
+}
+
+async fn run_handlers(
     pipeline: &Pipeline,
     tool: &RegisteredTool,
     input: &ToolExecutionInput,
@@ -103,14 +119,9 @@ pub(super) async fn run(
                         ),
                     );
                 }
-                match dispatch::present(tool, &new_value) {
+                match dispatch::present(pipeline, tool, &new_value).await {
                     Ok(content) => candidate.content = content,
-                    Err(why) => {
-                        return Candidate::failed(
-                            ErrorCode::ToolError,
-                            format!("the tool failed to present its result: {why}"),
-                        );
-                    }
+                    Err(failed) => return failed,
                 }
                 value = new_value;
             }

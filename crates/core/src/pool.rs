@@ -1,0 +1,692 @@
+//! A bounded pool of threads for user code the pipeline has to call synchronously
+//! (`finalize_content`, `present`, `tools/result` observers, guards that may block).
+//!
+//! Such code may block for any time, or forever. Run on an async worker it would stall every
+//! task of that worker (on a current-thread runtime, the whole runtime); run on tokio's
+//! blocking pool, code that never returns would use that pool up, and with it every
+//! `spawn_blocking` of the process (file I/O included). A [`BlockingPool`] is neither:
+//!
+//! - **Bounded threads**, at most [`BlockingPool::max_threads`]: its own, started when needed
+//!   and ended after a while idle ([`BlockingPool::new`]: code stuck here takes nothing from
+//!   the runtime), or borrowed from tokio's blocking pool one job queue at a time
+//!   ([`BlockingPool::on_runtime`]: code stuck there holds at most that many of tokio's
+//!   threads; and tokio knows they run, so a runtime with paused time, in tests, does not
+//!   jump its clock ahead while a job runs).
+//! - **A deadline per job, in real time.** The caller stops waiting when it passes
+//!   ([`PoolError::TimedOut`]) and the job's thread is abandoned to finish on its own. The
+//!   deadline is kept by a monitor thread of the pool, not by a tokio timer: code on another
+//!   thread runs in real time, and a runtime with paused time (tests) would otherwise see every
+//!   job time out as soon as it went idle.
+//! - **Refusal at once when every thread is stuck.** A thread whose job outlived its deadline
+//!   is *stuck*. When all of them are, a new job is refused ([`PoolError::Full`], naming what
+//!   the stuck threads run) instead of queueing behind code that may never return. While some
+//!   thread is only busy, jobs queue; a queued job whose deadline passes before it starts is
+//!   answered [`PoolError::TimedOut`] and never runs.
+//!
+//! A job's panic is caught and answered [`PoolError::Panicked`]. Each job gets an
+//! [`Activity`], through which it can say what it is running now (a guard set running its
+//! guards one after another names the guard), so a refusal names the code that is stuck.
+//!
+//! ```
+//! use dsh_core::pool::{BlockingPool, PoolError};
+//! use std::time::Duration;
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let pool = BlockingPool::new("example", 2);
+//! let four = pool.run("adding", Some(Duration::from_secs(5)), |_| 2 + 2).await;
+//! assert_eq!(four, Ok(4));
+//! let late = pool
+//!     .run("sleeping", Some(Duration::from_millis(10)), |_| {
+//!         std::thread::sleep(Duration::from_millis(200));
+//!     })
+//!     .await;
+//! assert!(matches!(late, Err(PoolError::TimedOut { started: true })));
+//! # });
+//! ```
+
+use std::any::Any;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long a thread of the pool waits for work before it ends.
+const IDLE_EXIT: Duration = Duration::from_secs(10);
+
+/// Why a job gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// Every thread of the pool is stuck in a job past its deadline; nothing was run.
+    #[error("the pool `{pool}` is full: every thread is stuck ({})", .stuck.join("; "))]
+    Full {
+        /// The pool's name.
+        pool: String,
+        /// What each stuck thread is running (its job's current activity).
+        stuck: Vec<String>,
+    },
+    /// The deadline passed: while the job ran (`started`), or before a thread was free.
+    #[error("{}", if *.started { "the job did not return before its deadline" } else { "the job did not start before its deadline" })]
+    TimedOut {
+        /// The job had started (its thread is abandoned, still running it).
+        started: bool,
+    },
+    /// The job panicked.
+    #[error("the job panicked: {0}")]
+    Panicked(String),
+    /// The pool is shut down, or could not start a thread.
+    #[error("the pool is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a job is running now, as the pool reports it when the job's thread is stuck.
+#[derive(Debug, Clone)]
+pub struct Activity(Arc<Mutex<String>>);
+
+impl Activity {
+    /// Says what the job runs from now on.
+    pub fn set(&self, label: impl Into<String>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = label.into();
+    }
+
+    fn get(&self) -> String {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// The answer side of a job, typed away so the pool can expire it.
+trait Answer: Send + Sync {
+    /// Answers the caller with a timeout, unless the job answered first. True if it did so.
+    fn expire(&self, started: bool) -> bool;
+    /// True once the caller has its answer (or stopped waiting).
+    fn answered(&self) -> bool;
+}
+
+type Deliver<T> = Box<dyn FnOnce(Result<T, PoolError>) + Send>;
+
+struct Slot<T> {
+    deliver: Mutex<Option<Deliver<T>>>,
+}
+
+impl<T> Slot<T> {
+    fn take(&self) -> Option<Deliver<T>> {
+        self.deliver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+impl<T: Send> Answer for Slot<T> {
+    fn expire(&self, started: bool) -> bool {
+        match self.take() {
+            Some(deliver) => {
+                deliver(Err(PoolError::TimedOut { started }));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn answered(&self) -> bool {
+        self.deliver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+}
+
+struct Job {
+    id: u64,
+    deadline: Option<Instant>,
+    activity: Activity,
+    answer: Arc<dyn Answer>,
+    run: Box<dyn FnOnce(&Activity) + Send>,
+}
+
+struct Running {
+    deadline: Option<Instant>,
+    activity: Activity,
+    answer: Arc<dyn Answer>,
+    /// The deadline passed while it ran: its thread is stuck.
+    stuck: bool,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    running: HashMap<u64, Running>,
+    threads: usize,
+    idle: usize,
+    next_id: u64,
+    closed: bool,
+    monitor: bool,
+    /// When the monitor wakes next (`None`: when told).
+    monitor_wake: Option<Instant>,
+}
+
+/// Where a pool's jobs run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Host {
+    /// Threads of the pool's own.
+    Own,
+    /// Threads borrowed from the current tokio runtime's blocking pool (own ones outside a
+    /// runtime).
+    Runtime,
+}
+
+struct Inner {
+    name: String,
+    host: Host,
+    max_threads: usize,
+    state: Mutex<State>,
+    work: Condvar,
+    watch: Condvar,
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Closes the pool when the last handle goes.
+struct Handle(Arc<Inner>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.0.state().closed = true;
+        self.0.work.notify_all();
+        self.0.watch.notify_all();
+    }
+}
+
+/// A bounded pool of threads that runs blocking jobs under deadlines. Clones share the pool;
+/// when the last clone is dropped, idle threads end and stuck ones end when their job returns.
+#[derive(Clone)]
+pub struct BlockingPool {
+    handle: Arc<Handle>,
+}
+
+impl fmt::Debug for BlockingPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.handle.0;
+        let state = inner.state();
+        f.debug_struct("BlockingPool")
+            .field("name", &inner.name)
+            .field("max_threads", &inner.max_threads)
+            .field("threads", &state.threads)
+            .field("stuck", &state.running.values().filter(|r| r.stuck).count())
+            .finish()
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+impl BlockingPool {
+    /// A pool named `name` (for thread names and errors) of at most `max_threads` threads
+    /// (at least one). No thread starts before the first job.
+    pub fn new(name: impl Into<String>, max_threads: usize) -> BlockingPool {
+        Self::hosted(name.into(), max_threads, Host::Own)
+    }
+
+    /// A pool whose jobs run on the current tokio runtime's blocking pool, at most
+    /// `max_threads` of its threads at once (a thread is given back as soon as no job waits).
+    /// Code stuck past its deadline holds its tokio thread until it returns; when every one
+    /// of the `max_threads` is stuck, new jobs are refused ([`PoolError::Full`]), so the
+    /// runtime never loses more. Outside a runtime, threads of the pool's own are used.
+    pub fn on_runtime(name: impl Into<String>, max_threads: usize) -> BlockingPool {
+        Self::hosted(name.into(), max_threads, Host::Runtime)
+    }
+
+    fn hosted(name: String, max_threads: usize, host: Host) -> BlockingPool {
+        BlockingPool {
+            handle: Arc::new(Handle(Arc::new(Inner {
+                name,
+                host,
+                max_threads: max_threads.max(1),
+                state: Mutex::new(State::default()),
+                work: Condvar::new(),
+                watch: Condvar::new(),
+            }))),
+        }
+    }
+
+    /// The most threads it runs at once.
+    pub fn max_threads(&self) -> usize {
+        self.handle.0.max_threads
+    }
+
+    /// Threads stuck in a job past its deadline now, with what each runs.
+    pub fn stuck(&self) -> Vec<String> {
+        self.handle
+            .0
+            .state()
+            .running
+            .values()
+            .filter(|r| r.stuck)
+            .map(|r| r.activity.get())
+            .collect()
+    }
+
+    /// Runs `job` on a thread of the pool and waits for it, at most `deadline` (real time)
+    /// from now; `None` waits as long as it takes. Dropping the future stops waiting (the job
+    /// still runs, unheard, if it had started). `label` names the job while it runs.
+    pub async fn run<T, F>(
+        &self,
+        label: impl Into<String>,
+        deadline: Option<Duration>,
+        job: F,
+    ) -> Result<T, PoolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Activity) -> T + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(
+            label.into(),
+            deadline,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+            job,
+        )?;
+        rx.await
+            .unwrap_or_else(|_| Err(PoolError::Unavailable("the job was dropped".into())))
+    }
+
+    /// [`BlockingPool::run`] for a caller that is not async: blocks the calling thread until
+    /// the job answers or the deadline passes.
+    pub fn run_blocking<T, F>(
+        &self,
+        label: impl Into<String>,
+        deadline: Option<Duration>,
+        job: F,
+    ) -> Result<T, PoolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Activity) -> T + Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.submit(
+            label.into(),
+            deadline,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+            job,
+        )?;
+        rx.recv()
+            .unwrap_or_else(|_| Err(PoolError::Unavailable("the job was dropped".into())))
+    }
+
+    fn submit<T, F>(
+        &self,
+        label: String,
+        deadline: Option<Duration>,
+        deliver: Deliver<T>,
+        job: F,
+    ) -> Result<(), PoolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Activity) -> T + Send + 'static,
+    {
+        let inner = &self.handle.0;
+        let slot = Arc::new(Slot {
+            deliver: Mutex::new(Some(deliver)),
+        });
+        let answer: Arc<dyn Answer> = slot.clone();
+        let run = Box::new(move |activity: &Activity| {
+            let outcome = catch_unwind(AssertUnwindSafe(|| job(activity)))
+                .map_err(|p| PoolError::Panicked(panic_message(p.as_ref())));
+            if let Some(deliver) = slot.take() {
+                deliver(outcome);
+            }
+        });
+        let deadline = deadline.map(|d| Instant::now() + d);
+        let mut state = inner.state();
+        if state.closed {
+            return Err(PoolError::Unavailable(format!(
+                "the pool `{}` is shut down",
+                inner.name
+            )));
+        }
+        if state.threads >= inner.max_threads
+            && state.idle == 0
+            && state.running.len() >= state.threads
+            && state.running.values().all(|r| r.stuck)
+        {
+            let mut stuck: Vec<String> = state.running.values().map(|r| r.activity.get()).collect();
+            stuck.sort();
+            return Err(PoolError::Full {
+                pool: inner.name.clone(),
+                stuck,
+            });
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        state.queue.push_back(Job {
+            id,
+            deadline,
+            activity: Activity(Arc::new(Mutex::new(label))),
+            answer,
+            run,
+        });
+        if state.queue.len() > state.idle && state.threads < inner.max_threads {
+            state.threads += 1;
+            let worker = inner.clone();
+            let runtime = match inner.host {
+                Host::Runtime => tokio::runtime::Handle::try_current().ok(),
+                Host::Own => None,
+            };
+            let spawned = match runtime {
+                Some(runtime) => {
+                    // Given back as soon as no job waits: tokio's threads are shared.
+                    drop(runtime.spawn_blocking(move || work(&worker, false)));
+                    Ok(())
+                }
+                None => std::thread::Builder::new()
+                    .name(format!("dsh-{}", inner.name))
+                    .spawn(move || work(&worker, true))
+                    .map(drop),
+            };
+            if let Err(e) = spawned {
+                state.threads -= 1;
+                if state.threads == 0 {
+                    state.queue.retain(|j| j.id != id);
+                    return Err(PoolError::Unavailable(format!(
+                        "could not start a thread: {e}"
+                    )));
+                }
+            }
+        } else {
+            inner.work.notify_one();
+        }
+        if let Some(deadline) = deadline {
+            if !state.monitor {
+                let monitor = inner.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("dsh-{}-deadlines", inner.name))
+                    .spawn(move || watch(&monitor));
+                match spawned {
+                    Ok(_) => state.monitor = true,
+                    Err(e) => {
+                        // Without the monitor no deadline would be kept: refuse rather
+                        // than wait forever.
+                        state.queue.retain(|j| j.id != id);
+                        return Err(PoolError::Unavailable(format!(
+                            "could not start the deadline monitor: {e}"
+                        )));
+                    }
+                }
+            }
+            if state.monitor_wake.is_none_or(|w| deadline < w) {
+                inner.watch.notify_one();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A worker thread: runs queued jobs until idle for [`IDLE_EXIT`] (when it may `linger`;
+/// otherwise as soon as no job waits) or the pool closes.
+fn work(inner: &Inner, linger: bool) {
+    let mut state = inner.state();
+    loop {
+        if let Some(job) = state.queue.pop_front() {
+            if job.answer.answered() {
+                continue; // Timed out while queued: it never runs.
+            }
+            state.running.insert(
+                job.id,
+                Running {
+                    deadline: job.deadline,
+                    activity: job.activity.clone(),
+                    answer: job.answer.clone(),
+                    stuck: false,
+                },
+            );
+            drop(state);
+            (job.run)(&job.activity);
+            state = inner.state();
+            state.running.remove(&job.id);
+            continue;
+        }
+        if state.closed || !linger {
+            break;
+        }
+        state.idle += 1;
+        let (next, waited) = inner
+            .work
+            .wait_timeout(state, IDLE_EXIT)
+            .unwrap_or_else(|e| e.into_inner());
+        state = next;
+        state.idle -= 1;
+        if waited.timed_out() && state.queue.is_empty() {
+            break;
+        }
+    }
+    state.threads -= 1;
+}
+
+/// The monitor thread: answers every job whose deadline passed, and marks the threads still
+/// running one as stuck.
+fn watch(inner: &Inner) {
+    let mut state = inner.state();
+    loop {
+        let now = Instant::now();
+        let mut expired: Vec<(Arc<dyn Answer>, bool)> = Vec::new();
+        let mut next: Option<Instant> = None;
+        for job in &state.queue {
+            match job.deadline {
+                Some(d) if d <= now => expired.push((job.answer.clone(), false)),
+                Some(d) if !job.answer.answered() => next = Some(next.map_or(d, |n| n.min(d))),
+                _ => {}
+            }
+        }
+        for running in state.running.values_mut() {
+            match running.deadline {
+                Some(d) if d <= now && !running.stuck => {
+                    running.stuck = true;
+                    expired.push((running.answer.clone(), true));
+                }
+                Some(d) if d > now => next = Some(next.map_or(d, |n| n.min(d))),
+                _ => {}
+            }
+        }
+        if !expired.is_empty() {
+            drop(state);
+            for (answer, started) in expired {
+                if answer.expire(started) && started {
+                    tracing::warn!(
+                        "a job of a blocking pool outlived its deadline; its thread is abandoned"
+                    );
+                }
+            }
+            state = inner.state();
+            continue;
+        }
+        if state.closed && state.running.is_empty() && state.queue.is_empty() {
+            state.monitor = false;
+            return;
+        }
+        state.monitor_wake = next;
+        state = match next {
+            Some(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                inner
+                    .watch
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            // Nothing to watch: wait to be told (a new job, or the pool closing). A closed
+            // pool with stuck threads is looked at again now and then, to end this thread.
+            None if state.closed => {
+                inner
+                    .watch
+                    .wait_timeout(state, IDLE_EXIT)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            None => inner.watch.wait(state).unwrap_or_else(|e| e.into_inner()),
+        };
+        state.monitor_wake = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[tokio::test]
+    async fn jobs_answer_and_panics_are_caught() {
+        let pool = BlockingPool::new("t", 2);
+        assert_eq!(pool.run("one", None, |_| 1).await, Ok(1));
+        let panicked = pool
+            .run("boom", Some(Duration::from_secs(5)), |_| -> u8 {
+                panic!("pool job exploded")
+            })
+            .await;
+        assert!(
+            matches!(&panicked, Err(PoolError::Panicked(m)) if m.contains("exploded")),
+            "{panicked:?}"
+        );
+        assert_eq!(
+            pool.run_blocking("two", Some(Duration::from_secs(5)), |_| 2),
+            Ok(2)
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_paused_clock_does_not_time_jobs_out() {
+        for pool in [BlockingPool::new("t", 1), BlockingPool::on_runtime("t", 1)] {
+            let slow = pool
+                .run("nap", Some(Duration::from_secs(5)), |_| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    "rested"
+                })
+                .await;
+            assert_eq!(slow, Ok("rested"));
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn on_the_runtime_a_paused_clock_waits_for_the_job() {
+        let pool = BlockingPool::on_runtime("t", 1);
+        let before = tokio::time::Instant::now();
+        let timer = tokio::spawn(tokio::time::sleep(Duration::from_secs(60)));
+        pool.run("nap", Some(Duration::from_secs(5)), |_| {
+            std::thread::sleep(Duration::from_millis(50))
+        })
+        .await
+        .unwrap();
+        assert!(
+            before.elapsed() < Duration::from_secs(60),
+            "the clock jumped to the next timer while the job ran"
+        );
+        timer.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn on_the_runtime_stuck_jobs_hold_at_most_their_share_of_it() {
+        let pool = BlockingPool::on_runtime("t", 2);
+        let (release, held) = mpsc::channel::<()>();
+        let held = Arc::new(Mutex::new(held));
+        for _ in 0..2 {
+            let held = held.clone();
+            let r = pool
+                .run("stuck", Some(Duration::from_millis(20)), move |_| {
+                    let _ = held.lock().unwrap().recv();
+                })
+                .await;
+            assert_eq!(r, Err(PoolError::TimedOut { started: true }));
+        }
+        assert!(matches!(
+            pool.run("next", Some(Duration::from_secs(5)), |_| ()).await,
+            Err(PoolError::Full { .. })
+        ));
+        drop(release);
+    }
+
+    #[tokio::test]
+    async fn when_every_thread_is_stuck_new_jobs_are_refused_at_once_naming_them() {
+        let pool = BlockingPool::new("t", 2);
+        let (release, held) = mpsc::channel::<()>();
+        let held = Arc::new(Mutex::new(held));
+        for n in 0..2 {
+            let held = held.clone();
+            let r = pool
+                .run(
+                    format!("stuck {n}"),
+                    Some(Duration::from_millis(20)),
+                    move |a| {
+                        a.set(format!("stuck job {n}"));
+                        let _ = held.lock().unwrap().recv();
+                    },
+                )
+                .await;
+            assert_eq!(r, Err(PoolError::TimedOut { started: true }));
+        }
+        let refused = pool.run("next", Some(Duration::from_secs(5)), |_| ()).await;
+        match refused {
+            Err(PoolError::Full { stuck, .. }) => {
+                assert_eq!(stuck, vec!["stuck job 0", "stuck job 1"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(pool.stuck().len(), 2);
+        // Once they return, the pool works again.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        let mut ok = false;
+        for _ in 0..500 {
+            if pool
+                .run("again", Some(Duration::from_secs(5)), |_| ())
+                .await
+                == Ok(())
+            {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(ok, "the pool did not recover");
+    }
+
+    #[tokio::test]
+    async fn a_queued_job_past_its_deadline_never_runs() {
+        let pool = BlockingPool::new("t", 1);
+        let (release, held) = mpsc::channel::<()>();
+        let busy = pool.clone();
+        let first = tokio::spawn(async move {
+            busy.run("busy", Some(Duration::from_secs(30)), move |_| {
+                let _ = held.recv();
+            })
+            .await
+        });
+        while pool.handle.0.state().running.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let queued = pool
+            .run("queued", Some(Duration::from_millis(20)), move |_| {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst)
+            })
+            .await;
+        assert_eq!(queued, Err(PoolError::TimedOut { started: false }));
+        release.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), Ok(()));
+        assert_eq!(pool.run("after", None, |_| 3).await, Ok(3));
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}
