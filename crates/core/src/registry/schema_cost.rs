@@ -95,10 +95,12 @@ fn check_size(schema: &Value) -> Result<(), String> {
 /// One subschema and its edges (indices into `Graph::nodes`).
 #[derive(Debug, Default)]
 struct Node {
-    /// Subschemas applied to the same value, all of them.
+    /// Subschemas applied to the same value: all of them, or only one of them for an
+    /// `alternative`.
     in_place: Vec<usize>,
-    /// Groups of which one is applied to the same value (a dynamic reference's candidates).
-    one_of: Vec<Vec<usize>>,
+    /// Not a subschema but a choice, made here for a dynamic reference: exactly one of the
+    /// `in_place` targets applies, and the choice itself costs nothing.
+    alternative: bool,
     /// `properties` (key: the interned name) and `prefixItems`/array `items` (key: index).
     keyed_object: Vec<(u32, usize)>,
     keyed_array: Vec<(u32, usize)>,
@@ -110,15 +112,6 @@ struct Node {
     /// `$dynamicAnchor` name, and whether `$recursiveAnchor: true`.
     dynamic_anchor: Option<String>,
     recursive_anchor: bool,
-}
-
-impl Node {
-    fn in_place_targets(&self) -> impl Iterator<Item = usize> + '_ {
-        self.in_place
-            .iter()
-            .chain(self.one_of.iter().flatten())
-            .copied()
-    }
 }
 
 struct Graph {
@@ -361,29 +354,46 @@ impl Graph {
 
         let mut nodes = walk.nodes;
         // A dynamic reference lands on its static target or on an anchor of its name in
-        // the dynamic scope: one of them.
+        // the dynamic scope: one of them. Each anchor name gets one choice among all its
+        // anchors, and each reference a choice between that and its static target, so the
+        // edges stay linear in the number of references and anchors.
+        let mut by_anchor: HashMap<Option<String>, Vec<usize>> = HashMap::new();
+        for (n, node) in nodes.iter().enumerate() {
+            if let Some(name) = &node.dynamic_anchor {
+                by_anchor.entry(Some(name.clone())).or_default().push(n);
+            }
+            if node.recursive_anchor {
+                by_anchor.entry(None).or_default().push(n);
+            }
+        }
+        let mut anchors: HashMap<Option<String>, usize> = HashMap::new();
+        let mut anchor_choice = |nodes: &mut Vec<Node>, name: Option<String>| -> usize {
+            if let Some(&known) = anchors.get(&name) {
+                return known;
+            }
+            let choice = nodes.len();
+            nodes.push(Node {
+                in_place: by_anchor.remove(&name).unwrap_or_default(),
+                alternative: true,
+                ..Node::default()
+            });
+            anchors.insert(name, choice);
+            choice
+        };
         for reference in dynamic {
-            let (from, fixed, candidates): (usize, Option<usize>, Vec<usize>) = match &reference {
-                Dynamic::Anchor(from, fixed, name) => (
-                    *from,
-                    *fixed,
-                    (0..nodes.len())
-                        .filter(|&n| nodes[n].dynamic_anchor.as_deref() == Some(name.as_str()))
-                        .collect(),
-                ),
-                Dynamic::Recursive(from, fixed) => (
-                    *from,
-                    *fixed,
-                    (0..nodes.len())
-                        .filter(|&n| nodes[n].recursive_anchor)
-                        .collect(),
-                ),
+            let (from, fixed, name) = match reference {
+                Dynamic::Anchor(from, fixed, name) => (from, fixed, Some(name)),
+                Dynamic::Recursive(from, fixed) => (from, fixed, None),
             };
-            let mut group: Vec<usize> = fixed.into_iter().chain(candidates).collect();
-            group.sort_unstable();
-            group.dedup();
+            let anchored = anchor_choice(&mut nodes, name);
+            let choice = nodes.len();
+            nodes.push(Node {
+                in_place: fixed.into_iter().chain([anchored]).collect(),
+                alternative: true,
+                ..Node::default()
+            });
             if let Some(node) = nodes.get_mut(from) {
-                node.one_of.push(group);
+                node.in_place.push(choice);
             }
         }
         Ok(Graph { nodes })
@@ -395,7 +405,7 @@ impl Graph {
         let n = self.nodes.len();
         let mut parents = vec![0usize; n];
         for node in &self.nodes {
-            for c in node.in_place_targets() {
+            for c in node.in_place.iter().copied() {
                 parents[c] += 1;
             }
         }
@@ -403,7 +413,7 @@ impl Graph {
         let mut order = Vec::with_capacity(n);
         while let Some(v) = ready.pop() {
             order.push(v);
-            for c in self.nodes[v].in_place_targets() {
+            for c in self.nodes[v].in_place.iter().copied() {
                 parents[c] -= 1;
                 if parents[c] == 0 {
                     ready.push(c);
@@ -458,16 +468,19 @@ impl Graph {
         let mut marking = vec![0u64; n];
         for &v in order {
             let node = &self.nodes[v];
-            let mut sum = 1u64;
-            let mut marked = 0u64;
+            let (mut sum, mut marked) = (0u64, 0u64);
             for &c in &node.in_place {
-                sum = add(sum, total[c]);
-                marked = add(marked, add(total[c], marking[c]));
+                let with_marking = add(total[c], marking[c]);
+                if node.alternative {
+                    sum = sum.max(total[c]);
+                    marked = marked.max(with_marking);
+                } else {
+                    sum = add(sum, total[c]);
+                    marked = add(marked, with_marking);
+                }
             }
-            for group in &node.one_of {
-                sum = add(sum, group.iter().map(|&c| total[c]).max().unwrap_or(0));
-                let dearest = group.iter().map(|&c| add(total[c], marking[c])).max();
-                marked = add(marked, dearest.unwrap_or(0));
+            if !node.alternative {
+                sum = add(sum, 1);
             }
             if marks {
                 marking[v] = marked;
@@ -496,25 +509,24 @@ impl Graph {
             let mut sum = Children::own(node, previous);
             let mut marked = Children::default();
             for &c in &node.in_place {
-                sum.add(&total[c]);
-                if marks {
-                    marked.add(&total[c]);
-                    marked.add(&marking[c]);
-                }
-            }
-            for group in &node.one_of {
-                let mut dearest = Children::default();
-                let mut dearest_marked = Children::default();
-                for &c in group {
-                    dearest.max_with(&total[c]);
-                    if marks {
-                        let mut both = total[c].clone();
-                        both.add(&marking[c]);
-                        dearest_marked.max_with(&both);
+                let with_marking = if marks {
+                    let mut both = total[c].clone();
+                    both.add(&marking[c]);
+                    Some(both)
+                } else {
+                    None
+                };
+                if node.alternative {
+                    sum.max_with(&total[c]);
+                    if let Some(both) = &with_marking {
+                        marked.max_with(both);
+                    }
+                } else {
+                    sum.add(&total[c]);
+                    if let Some(both) = &with_marking {
+                        marked.add(both);
                     }
                 }
-                sum.add(&dearest);
-                marked.add(&dearest_marked);
             }
             if node.unevaluated {
                 sum.add(&marked);
@@ -778,5 +790,25 @@ mod tests {
         });
         let c = cost(schema);
         assert!(c < MAX_APPLICATIONS_PER_VALUE, "{c}");
+    }
+
+    #[test]
+    fn many_dynamic_references_are_judged_in_linear_time() {
+        // Each `$dynamicRef` may land on any of the anchors of its name: judged through one
+        // choice per name, not an edge per pair.
+        let mut defs = Map::new();
+        for i in 0..5_000 {
+            defs.insert(
+                format!("d{i}"),
+                json!({"$dynamicAnchor": "node", "properties": {
+                    "next": {"$dynamicRef": "#node"}}}),
+            );
+        }
+        let schema = json!({"$dynamicAnchor": "node", "$defs": defs,
+            "properties": {"next": {"$dynamicRef": "#node"}}});
+        let started = std::time::Instant::now();
+        let c = cost(schema);
+        assert!(c <= 4, "{c}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
     }
 }
