@@ -6,7 +6,7 @@
 //! is hung, and is killed so that the next call starts a fresh one.
 
 use crate::config::McpServerConfig;
-use crate::transport::{LineTransport, UNREADABLE_ANSWER};
+use crate::transport::{LineTransport, is_unreadable_answer};
 use dsh_core::{CancelReason, ErrorCode, Signal, ToolFailure};
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{
@@ -197,7 +197,7 @@ fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
 /// What went wrong, saying so plainly for an answer dsh could not read.
 fn service_error_text(e: &ServiceError) -> String {
     match e {
-        ServiceError::McpError(e) if e.code.0 == UNREADABLE_ANSWER => {
+        ServiceError::McpError(e) if is_unreadable_answer(e) => {
             format!("dsh cannot read the answer: {}", e.message)
         }
         other => other.to_string(),
@@ -526,7 +526,7 @@ impl McpServer {
         };
         match answer {
             Ok(result) => Ok(result),
-            Err(ServiceError::McpError(e)) if e.code.0 == UNREADABLE_ANSWER => Err(failure(
+            Err(ServiceError::McpError(e)) if is_unreadable_answer(&e) => Err(failure(
                 ErrorCode::ToolError,
                 format!(
                     "MCP server `{}` answered, but dsh cannot read the answer: {}",

@@ -5,9 +5,11 @@
 //! the request it answered then waits for its whole timeout. This one keeps the requests it
 //! sent until they are answered, and answers an unreadable line itself, at once, with an
 //! error for the request it was meant for (its `id`, found by a lenient scan of the line's
-//! first bytes), or, when the line does not say, for every request still waiting: a call
-//! ends with the reason instead of a timeout, and never with another call's answer. An
-//! unreadable request or notification from the server (it has a `method`) is dropped.
+//! first bytes), or, when the line is an answer (it has a `result` or an `error`) that does
+//! not say which, for every request still waiting: a call ends with the reason instead of a
+//! timeout, and never with another call's answer. An unreadable request or notification
+//! from the server (it has a `method`) is dropped, and so is anything else (servers that
+//! print logs on stdout), as rmcp does.
 
 use rmcp::RoleClient;
 use rmcp::model::{ClientNotification, ErrorCode, ErrorData, JsonRpcMessage, RequestId};
@@ -20,7 +22,15 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 
 /// The JSON-RPC error code of an answer dsh could not read (in the implementation range).
-pub(crate) const UNREADABLE_ANSWER: i32 = -32_099;
+const UNREADABLE_ANSWER: i32 = -32_099;
+/// The `data` of that error, telling it from a server's own error of the same code.
+const UNREADABLE_MARK: &str = "dsh: unreadable answer";
+
+/// True for the error this transport makes up for an answer it could not read.
+pub(crate) fn is_unreadable_answer(e: &ErrorData) -> bool {
+    e.code.0 == UNREADABLE_ANSWER
+        && e.data.as_ref().and_then(Value::as_str) == Some(UNREADABLE_MARK)
+}
 
 /// How much of an oversized line is kept to find its `id`.
 const HEAD: usize = 4 * 1024;
@@ -121,6 +131,11 @@ impl LineTransport {
     /// Answers the request(s) an unreadable line was meant for with an error saying why.
     fn unreadable(&mut self, why: String) {
         let envelope = scan_envelope(&self.line);
+        if envelope.id.is_none() && !envelope.is_answer && !envelope.has_method {
+            tracing::warn!(server = %self.server, "MCP server wrote a line that is not a \
+                message ({why}); ignored");
+            return;
+        }
         if envelope.has_method {
             tracing::warn!(server = %self.server, "MCP server sent a request or notification \
                 that cannot be read ({why}); dropped");
@@ -146,7 +161,7 @@ impl LineTransport {
             let error = ErrorData::new(
                 ErrorCode(UNREADABLE_ANSWER),
                 why.clone(),
-                Some(Value::String("dsh: unreadable answer".into())),
+                Some(Value::String(UNREADABLE_MARK.into())),
             );
             self.made_up
                 .push_back(JsonRpcMessage::error(error, Some(id)));
@@ -252,6 +267,8 @@ impl Transport<RoleClient> for LineTransport {
 struct Envelope {
     id: Option<Value>,
     has_method: bool,
+    /// It has a `result` or an `error`: an answer, even where its `id` cannot be read.
+    is_answer: bool,
 }
 
 /// Reads the top-level `id` and whether there is a `method` from a line that may be
@@ -273,15 +290,17 @@ fn scan_envelope(line: &[u8]) -> Envelope {
             return found;
         }
         scan.skip_space();
+        match key {
+            b"method" => found.has_method = true,
+            b"result" | b"error" => found.is_answer = true,
+            _ => {}
+        }
         let start = scan.at;
         if !scan.skip_value() {
             return found;
         }
-        let raw = &line[start..scan.at];
-        match key {
-            b"id" => found.id = serde_json::from_slice::<Value>(raw).ok(),
-            b"method" => found.has_method = true,
-            _ => {}
+        if key == b"id" {
+            found.id = serde_json::from_slice::<Value>(&line[start..scan.at]).ok();
         }
         scan.skip_space();
         if !scan.eat(b',') {
@@ -393,16 +412,25 @@ mod tests {
             scan_envelope(line),
             Envelope {
                 id: Some(json!(7)),
-                has_method: false
+                has_method: false,
+                is_answer: true
             }
         );
         let late = br#"{"jsonrpc":"2.0","result":{"a":[1,{"b":"}"}]},"id":"x-1"}"#;
         assert_eq!(scan_envelope(late).id, Some(json!("x-1")));
         let cut = br#"{"jsonrpc":"2.0","result":{"text":"aaaa"#;
-        assert_eq!(scan_envelope(cut), Envelope::default());
+        assert_eq!(
+            scan_envelope(cut),
+            Envelope {
+                is_answer: true,
+                ..Envelope::default()
+            }
+        );
+        let log = br#"{"level":"info","msg":"\ud800 starting"}"#;
+        assert_eq!(scan_envelope(log), Envelope::default());
         let note = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"x":"\ud800"}}"#;
         assert!(scan_envelope(note).has_method);
-        assert_eq!(scan_envelope(b"not json").id, None);
+        assert_eq!(scan_envelope(b"not json"), Envelope::default());
         assert_eq!(
             scan_envelope(br#"{"id": 12 , "x": true}"#).id,
             Some(json!(12))

@@ -72,13 +72,13 @@ async fn a_tool_list_too_large_stops_at_the_byte_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_within_the_limits_starts() {
     let options = McpOptions {
-        max_tools: 6,
+        max_tools: 7,
         max_tool_pages: 1,
         ..quick()
     };
     let source = McpToolSource::start_with(servers(&[("raw", vec!["raw"])]), options)
         .await
         .unwrap();
-    assert_eq!(source.tools().len(), 6);
+    assert_eq!(source.tools().len(), 7);
     source.shutdown().await;
 }

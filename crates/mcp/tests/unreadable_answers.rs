@@ -57,3 +57,13 @@ async fn unreadable_answers_fail_their_call_at_once() {
     }
     rig.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_that_are_not_answers_do_not_fail_a_call() {
+    // Servers that log on stdout: not every unreadable line is an answer.
+    let rig = rig().await;
+    let r = rig.one("mcp__raw__noisy", json!({})).await;
+    assert_eq!(code(&r), "ok", "{}", r.text());
+    assert_eq!(r.text(), "quiet now");
+    rig.stop().await;
+}

@@ -8,8 +8,9 @@
 //!
 //! Otherwise it lists `surrogate` (answers with a lone surrogate `\ud800` in its text),
 //! `surrogate_late` (the same, with the `id` after the result), `long` (a text longer than
-//! a client's limit, `id` first), `long_late` (the same, `id` last), `echo {text}` and
-//! `pid`.
+//! a client's limit, `id` first), `long_late` (the same, `id` last), `noisy` (writes log
+//! lines on stdout, one of them JSON with a lone surrogate, before a good answer),
+//! `echo {text}` and `pid`.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
@@ -51,6 +52,7 @@ fn default_tools() -> Value {
         tool("surrogate_late", "Answers with a lone surrogate, id last"),
         tool("long", "Answers with a line longer than the client's limit"),
         tool("long_late", "The same, id last"),
+        tool("noisy", "Logs on stdout, then answers"),
         {"name": "echo", "description": "Returns its text", "inputSchema": {"type": "object",
             "properties": {"text": {"type": "string"}}}},
         tool("pid", "The server's process id"),
@@ -124,6 +126,11 @@ fn answer(options: &Options, message: &Value) -> Option<String> {
                     text_result(id, text)
                 }
                 "pid" => text_result(id, &std::process::id().to_string()),
+                "noisy" => format!(
+                    "noisy: starting\n{}\n{}",
+                    r#"{"level":"info","msg":"\ud800 working"}"#,
+                    text_result(id, "quiet now")
+                ),
                 _ => json!({"jsonrpc": "2.0", "id": id,
                     "error": {"code": -32602, "message": format!("no tool {name}")}})
                 .to_string(),
