@@ -128,7 +128,8 @@ pub struct PipelineOptions {
     /// groups, `none` leaves it to the OS.
     #[arg(long, value_enum, default_value_t = DurabilityArg::Batch, value_name = "MODE")]
     pub durability: DurabilityArg,
-    /// Refuse every change to the workspace: write_file, edit_file and apply_patch are denied.
+    /// Refuse every change to the workspace: write_file, edit_file and apply_patch are denied,
+    /// and so is every MCP tool its server does not mark read-only (`readOnlyHint`).
     #[arg(long)]
     pub read_only: bool,
     /// The deadline of a tool that does not set its own, in milliseconds.

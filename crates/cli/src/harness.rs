@@ -10,7 +10,7 @@ use dsh_command_hooks::{CommandHooks, HookSettings};
 use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
 use dsh_core::{Hooks, ToolRegistry};
 use dsh_guards::PermissionRules;
-use dsh_mcp::{McpServers, McpToolSource};
+use dsh_mcp::{McpOptions, McpServers, McpToolSource};
 use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
 use dsh_session::SessionLog;
 use dsh_tool_fs::FsToolset;
@@ -139,7 +139,7 @@ pub async fn start(
         return Err(CliError::Start(format!("registering run_code: {e}")));
     }
     let mcp = match servers {
-        Some(servers) => match start_mcp(servers, &registry).await {
+        Some(servers) => match start_mcp(servers, &registry, options.read_only).await {
             Ok(source) => Some(source),
             Err(e) => {
                 toolset.shutdown().await;
@@ -152,6 +152,10 @@ pub async fn start(
     let mut hooks = Hooks::new();
     // The sandbox runs first: nothing outside the workspace is even put to the rules.
     hooks.pre_execute_arc(toolset.sandbox());
+    // Read-only mode also holds for MCP tools: only those marked read-only run.
+    if let Some(policy) = mcp.as_ref().and_then(McpToolSource::read_only_policy) {
+        hooks.pre_execute(policy);
+    }
     // Command hooks before the rules, so that an input a hook rewrites is what the rules see.
     if let Some(command_hooks) = &command_hooks {
         command_hooks.install(&mut hooks);
@@ -245,17 +249,26 @@ fn protect_own_files(
     builder
 }
 
-/// Starts the `--mcp` servers and registers their tools.
+/// Starts the `--mcp` servers and registers their tools; every tool left out is named on
+/// stderr, with the reason.
 async fn start_mcp(
     servers: McpServers,
     registry: &ToolRegistry,
+    read_only: bool,
 ) -> Result<McpToolSource, CliError> {
     let count = servers.len();
-    let source = McpToolSource::start(servers)
+    let options = McpOptions {
+        read_only,
+        ..McpOptions::default()
+    };
+    let source = McpToolSource::start_with(servers, options)
         .await
         .map_err(|e| CliError::Start(e.to_string()))?;
     match source.register(registry) {
         Ok(names) => {
+            for skipped in source.skipped() {
+                note(format!("error: {skipped}"));
+            }
             const SHOWN: usize = 30;
             let mut listed = names
                 .iter()

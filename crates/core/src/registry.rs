@@ -7,11 +7,33 @@ use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 
+mod schema_cost;
+
+/// The most subschema applications validating one value of an instance may cost; a schema
+/// that can cost more (nested `anyOf`/`$ref` chains multiply) is refused at registration.
+pub const MAX_SCHEMA_APPLICATIONS_PER_VALUE: u64 = schema_cost::MAX_APPLICATIONS_PER_VALUE;
+/// The most JSON values a tool's schema document may hold.
+pub const MAX_SCHEMA_VALUES: usize = schema_cost::MAX_SCHEMA_VALUES;
+/// The deepest a tool's schema document may be nested.
+pub const MAX_SCHEMA_DEPTH: usize = schema_cost::MAX_SCHEMA_DEPTH;
+/// The most work (values × applications per value) one validation may take; a larger value
+/// is refused unchecked, with a message saying so.
+pub const MAX_VALIDATION_WORK: u64 = 50_000_000;
+/// The most work within which a mismatch is located; past it, the report says only that the
+/// value does not match (collecting every error is what costs memory).
+pub const MAX_REPORT_WORK: u64 = 200_000;
+
+/// One compiled schema and what validating against it may cost.
+struct CompiledSchema {
+    validator: jsonschema::Validator,
+    per_value: u64,
+}
+
 /// A definition with its compiled validators.
 pub struct RegisteredTool {
     definition: Arc<dyn ToolDefinition>,
-    input: jsonschema::Validator,
-    output: Option<jsonschema::Validator>,
+    input: CompiledSchema,
+    output: Option<CompiledSchema>,
 }
 
 impl fmt::Debug for RegisteredTool {
@@ -24,6 +46,27 @@ impl fmt::Debug for RegisteredTool {
 
 /// At most this many schema errors are reported for one value.
 const MAX_REPORTED_ERRORS: usize = 3;
+/// Each reported error is cut to this many bytes (its text may quote the whole value).
+const MAX_ERROR_TEXT: usize = 300;
+
+/// A fancy-regex pattern that backtracks more than this is left undecided (the validator
+/// then reports only what holds either way) instead of running on.
+const PATTERN_BACKTRACK_LIMIT: usize = 100_000;
+/// Compiled size of one pattern, and of its lazy DFA's cache: a pattern like `\w{1000}`
+/// would otherwise take megabytes, and a schema can hold many.
+const PATTERN_SIZE_LIMIT: usize = 512 * 1024;
+
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push('…');
+    }
+    text
+}
 
 fn describe_errors<'a>(errors: impl Iterator<Item = jsonschema::ValidationError<'a>>) -> String {
     let mut parts = Vec::new();
@@ -33,7 +76,7 @@ fn describe_errors<'a>(errors: impl Iterator<Item = jsonschema::ValidationError<
         if parts.len() < MAX_REPORTED_ERRORS {
             let at = e.instance_path().to_string();
             let at = if at.is_empty() { "/".to_string() } else { at };
-            parts.push(format!("at {at}: {e}"));
+            parts.push(cut(format!("at {at}: {e}"), MAX_ERROR_TEXT));
         }
     }
     if total > parts.len() {
@@ -42,28 +85,96 @@ fn describe_errors<'a>(errors: impl Iterator<Item = jsonschema::ValidationError<
     parts.join("; ")
 }
 
+/// How many values `value` holds (itself, its items and members, recursively), counting no
+/// further than `stop`.
+fn count_values(value: &Value, stop: u64) -> u64 {
+    let mut stack = vec![value];
+    let mut count = 0u64;
+    while let Some(v) = stack.pop() {
+        count += 1;
+        if count >= stop {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    count
+}
+
+impl CompiledSchema {
+    fn compile(
+        tool: &str,
+        which: &'static str,
+        schema: &Value,
+    ) -> Result<CompiledSchema, CoreError> {
+        let invalid = |reason: String| CoreError::InvalidSchema {
+            tool: tool.to_string(),
+            which,
+            reason,
+        };
+        // Judged before compiling: compiling is cheap, but the first mismatch would not be.
+        let cost = schema_cost::judge(schema).map_err(invalid)?;
+        let patterns = jsonschema::PatternOptions::fancy_regex()
+            .backtrack_limit(PATTERN_BACKTRACK_LIMIT)
+            .size_limit(PATTERN_SIZE_LIMIT)
+            .dfa_size_limit(PATTERN_SIZE_LIMIT);
+        let validator = jsonschema::options()
+            .with_pattern_options(patterns)
+            .build(schema)
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(CompiledSchema {
+            validator,
+            per_value: cost.per_value,
+        })
+    }
+
+    /// Checks `value` with work bounded by [`MAX_VALIDATION_WORK`], and locates a mismatch
+    /// only within [`MAX_REPORT_WORK`].
+    fn check(&self, value: &Value, what: &str) -> Result<(), String> {
+        let per_value = self.per_value.max(1);
+        let values = count_values(value, MAX_VALIDATION_WORK / per_value + 1);
+        if values.saturating_mul(per_value) > MAX_VALIDATION_WORK {
+            return Err(format!(
+                "the {what} is too large to check against this schema: it holds more than \
+                 {values} values, and the schema may apply up to {per_value} subschemas to \
+                 each (the limit is {MAX_VALIDATION_WORK} in all)"
+            ));
+        }
+        if self.validator.is_valid(value) {
+            return Ok(());
+        }
+        if values.saturating_mul(per_value) > MAX_REPORT_WORK {
+            return Err(format!(
+                "the {what} does not match the schema (with {values} values, against a schema \
+                 that may apply up to {per_value} subschemas to each, it is too costly to say \
+                 where)"
+            ));
+        }
+        Err(describe_errors(self.validator.iter_errors(value)))
+    }
+}
+
 impl RegisteredTool {
     /// Compiles a definition's schemas.
+    ///
+    /// A schema is refused ([`CoreError::InvalidSchema`], with the reason) when it does not
+    /// compile, when it holds more than [`MAX_SCHEMA_VALUES`] values or is nested deeper
+    /// than [`MAX_SCHEMA_DEPTH`], when a `$ref` cycle would recurse without descending into
+    /// the value, or when validating one value against it could cost more than
+    /// [`MAX_SCHEMA_APPLICATIONS_PER_VALUE`] subschema applications (nested
+    /// `anyOf`/`oneOf`/`$ref` multiply: a 1.7 KB chain of them can cost millions, and
+    /// reporting one mismatch gigabytes). The bound is worked out without validating
+    /// anything, in time linear in the schema's size for each level of instance depth.
     pub fn compile(definition: Arc<dyn ToolDefinition>) -> Result<RegisteredTool, CoreError> {
         let name = definition.name().to_string();
-        let input = jsonschema::validator_for(&definition.input_schema()).map_err(|e| {
-            CoreError::InvalidSchema {
-                tool: name.clone(),
-                which: "input",
-                reason: e.to_string(),
-            }
-        })?;
-        let output =
-            match definition.output_schema() {
-                Some(schema) => Some(jsonschema::validator_for(&schema).map_err(|e| {
-                    CoreError::InvalidSchema {
-                        tool: name.clone(),
-                        which: "output",
-                        reason: e.to_string(),
-                    }
-                })?),
-                None => None,
-            };
+        let input = CompiledSchema::compile(&name, "input", &definition.input_schema())?;
+        let output = match definition.output_schema() {
+            Some(schema) => Some(CompiledSchema::compile(&name, "output", &schema)?),
+            None => None,
+        };
         Ok(RegisteredTool {
             definition,
             input,
@@ -76,19 +187,20 @@ impl RegisteredTool {
         &self.definition
     }
 
-    /// Checks arguments against the input schema; the error names where and why.
+    /// Checks arguments against the input schema; the error names where and why (for at
+    /// most a few mismatches). The work is bounded: arguments too large for the schema's
+    /// cost are refused unchecked, and past a smaller bound the error only says that they
+    /// do not match.
     pub fn validate_input(&self, arguments: &Value) -> Result<(), String> {
-        if self.input.is_valid(arguments) {
-            return Ok(());
-        }
-        Err(describe_errors(self.input.iter_errors(arguments)))
+        self.input.check(arguments, "arguments")
     }
 
-    /// Checks a canonical value against the output schema, if there is one.
+    /// Checks a canonical value against the output schema, if there is one (bounded like
+    /// [`RegisteredTool::validate_input`]).
     pub fn validate_output(&self, value: &Value) -> Result<(), String> {
         match &self.output {
-            Some(v) if !v.is_valid(value) => Err(describe_errors(v.iter_errors(value))),
-            _ => Ok(()),
+            Some(schema) => schema.check(value, "value"),
+            None => Ok(()),
         }
     }
 }
@@ -175,5 +287,176 @@ impl ToolRegistry {
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::{ToolContext, ToolFailure};
+    use async_trait::async_trait;
+    use serde_json::{Map, json};
+    use std::time::{Duration, Instant};
+
+    struct Schemas {
+        input: Value,
+        output: Option<Value>,
+    }
+
+    #[async_trait]
+    impl ToolDefinition for Schemas {
+        fn name(&self) -> &str {
+            "t"
+        }
+        fn description(&self) -> &str {
+            "a tool with given schemas"
+        }
+        fn input_schema(&self) -> Value {
+            self.input.clone()
+        }
+        fn output_schema(&self) -> Option<Value> {
+            self.output.clone()
+        }
+        async fn execute(&self, input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
+            Ok(input)
+        }
+    }
+
+    fn tool(input: Value) -> Arc<dyn ToolDefinition> {
+        Arc::new(Schemas {
+            input,
+            output: None,
+        })
+    }
+
+    /// The issue's schema: `links` definitions, each an `anyOf` of two `$ref`s to the next,
+    /// under one property; about 1.7 KB at 21 links.
+    fn hostile(links: usize) -> Value {
+        let mut defs = Map::new();
+        for i in 0..links {
+            let next = json!({"$ref": format!("#/$defs/n{}", i + 1)});
+            defs.insert(format!("n{i}"), json!({"anyOf": [next, next]}));
+        }
+        defs.insert(format!("n{links}"), json!({"type": "string"}));
+        json!({"type": "object", "properties": {"q": {"$ref": "#/$defs/n0"}},
+            "required": ["q"], "$defs": defs})
+    }
+
+    /// The peak resident memory of this process so far (Linux), in bytes.
+    fn peak_memory() -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+
+    /// Runs `f` on a thread, failing the test if it takes longer than `limit` (the thread
+    /// is left behind: a blown-up validation cannot be stopped).
+    fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("still running after {limit:?}"))
+    }
+
+    #[test]
+    fn the_issues_hostile_schema_is_refused_at_registration_quickly_and_small() {
+        let schema = hostile(21);
+        let size = schema.to_string().len();
+        assert!((1_000..=2_500).contains(&size), "{size} bytes");
+        let started = Instant::now();
+        let refused = within(Duration::from_secs(10), move || {
+            ToolRegistry::new()
+                .register_arc(tool(schema))
+                .map_err(|e| e.to_string())
+        });
+        let e = refused.unwrap_err();
+        assert!(
+            e.contains("input schema of tool `t`") && e.contains("subschema applications"),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        if let Some(peak) = peak_memory() {
+            assert!(peak < 1 << 30, "peak memory {peak} bytes");
+        }
+        // The same shape as an output schema, where no model is involved.
+        let e = ToolRegistry::new()
+            .register(Schemas {
+                input: json!({"type": "object"}),
+                output: Some(hostile(22)),
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("output schema"), "{e}");
+    }
+
+    #[test]
+    fn a_schema_just_under_the_bound_reports_a_mismatch_in_bounded_time_and_text() {
+        // 2^11 alternatives, within the bound, each failing for a number.
+        let schema = hostile(11);
+        let registry = ToolRegistry::new();
+        registry.register_arc(tool(schema)).unwrap();
+        let t = registry.get("t").unwrap();
+        let why = within(Duration::from_secs(15), move || {
+            t.validate_input(&json!({"q": 5})).unwrap_err()
+        });
+        assert!(why.len() < 2_000, "{} bytes: {why}", why.len());
+        // Many values against it: refused unchecked, or reported without locating.
+        let registry = ToolRegistry::new();
+        registry.register_arc(tool(hostile(11))).unwrap();
+        let t = registry.get("t").unwrap();
+        let many: Vec<Value> = (0..50_000).map(|i| json!(i)).collect();
+        let why = within(Duration::from_secs(15), move || {
+            t.validate_input(&json!({"q": many})).unwrap_err()
+        });
+        assert!(why.contains("too large to check"), "{why}");
+    }
+
+    #[test]
+    fn a_mismatch_report_is_short_even_for_a_huge_value() {
+        let registry = ToolRegistry::new();
+        registry
+            .register_arc(tool(json!({"type": "object", "properties": {
+                "a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"},
+                "d": {"type": "string"}}})))
+            .unwrap();
+        let t = registry.get("t").unwrap();
+        let big: Vec<Value> = (0..10_000).map(|i| json!(i)).collect();
+        let why = t
+            .validate_input(&json!({"a": big, "b": 1, "c": 2, "d": 3}))
+            .unwrap_err();
+        assert!(why.len() < 2_000, "{} bytes", why.len());
+        assert!(why.contains("at /"), "{why}");
+        let why = t.validate_input(&json!({"a": 1, "b": 2})).unwrap_err();
+        assert!(why.contains("at /a") && why.contains("at /b"), "{why}");
+    }
+
+    #[test]
+    fn ordinary_schemas_still_register_and_validate() {
+        let registry = ToolRegistry::new();
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "pattern": "^[a-z/._-]+$"},
+                "edits": {"type": "array", "items": {"$ref": "#/$defs/edit"}},
+                "mode": {"anyOf": [{"const": "a"}, {"const": "b"}, {"type": "null"}]}
+            },
+            "required": ["path"],
+            "additionalProperties": false,
+            "$defs": {"edit": {"type": "object", "properties": {
+                "old": {"type": "string"}, "new": {"type": "string"}},
+                "required": ["old", "new"]}}
+        });
+        registry.register_arc(tool(schema)).unwrap();
+        let t = registry.get("t").unwrap();
+        assert!(
+            t.validate_input(&json!({"path": "a", "edits": [{"old": "x", "new": "y"}]}))
+                .is_ok()
+        );
+        let why = t
+            .validate_input(&json!({"path": "a", "edits": [{"old": "x"}]}))
+            .unwrap_err();
+        assert!(why.contains("/edits/0"), "{why}");
     }
 }

@@ -7,11 +7,18 @@
 //! `httpUrl`, or another `type`) is refused with an error naming it; `"disabled": true` skips
 //! a server. Other keys that harnesses add are ignored. `${VAR}` and `${VAR:-default}` in `command`, `args`, `env`
 //! and `cwd` are taken from the environment, as Claude Code does.
+//!
+//! Tool names are `mcp__<server>__<tool>`, read back by splitting at the first `__` after
+//! `mcp__`. So that no server can claim another's names, a server name whose tool prefix
+//! (the name with characters outside `[A-Za-z0-9_-]` made `_`) contains `__` or ends in `_`
+//! is refused: with server `a__b` allowed, server `a`'s tool `b__c` and server `a__b`'s tool
+//! `c` would both be `mcp__a__b__c`.
 
 use crate::error::McpError;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// One stdio MCP server to start.
@@ -206,6 +213,81 @@ impl McpServers {
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty()
     }
+
+    /// Keeps only the servers `keep` says yes to (the others are never started), e.g. to
+    /// start only servers whose tools the policy lets run.
+    ///
+    /// ```
+    /// let mut servers = dsh_mcp::McpServers::from_json(
+    ///     r#"{"mcpServers": {"a": {"command": "x"}, "b": {"command": "y"}}}"#).unwrap();
+    /// servers.retain(|server| server.name != "a");
+    /// assert_eq!(servers.servers()[0].name, "b");
+    /// assert_eq!(servers.len(), 1);
+    /// ```
+    pub fn retain(&mut self, keep: impl FnMut(&McpServerConfig) -> bool) {
+        let mut keep = keep;
+        self.servers.retain(|server| keep(server));
+    }
+
+    /// The files the servers would run: every server's program (when `command` is a path,
+    /// or a bare name found on the `PATH` the server would get), and every argument that
+    /// names an existing regular file (also the part after `=` of a `--flag=FILE`), each
+    /// relative to the server's `cwd` (the process's own when it has none). Absolute and
+    /// canonical (symlinks resolved), sorted, without repeats; files that do not exist are
+    /// left out. It over-approximates on purpose (an argument that happens to name a file
+    /// is listed): these are the files whose editing would change what a server runs, to be
+    /// protected like hook scripts.
+    pub fn command_paths(&self) -> Vec<PathBuf> {
+        let mut paths = Vec::new();
+        for server in &self.servers {
+            let cwd = match &server.cwd {
+                Some(cwd) if cwd.is_absolute() => Some(cwd.clone()),
+                Some(cwd) => std::env::current_dir().ok().map(|here| here.join(cwd)),
+                None => std::env::current_dir().ok(),
+            };
+            let Some(cwd) = cwd else {
+                continue;
+            };
+            paths.extend(program_path(server, &cwd));
+            for arg in &server.args {
+                let mut candidates = vec![arg.as_str()];
+                if let Some((_, value)) = arg.split_once('=') {
+                    candidates.push(value);
+                }
+                for candidate in candidates {
+                    if !candidate.is_empty() {
+                        paths.extend(regular_file(&cwd.join(candidate)));
+                    }
+                }
+            }
+        }
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+}
+
+/// `path`, canonical, if it is an existing regular file (after following symlinks).
+fn regular_file(path: &Path) -> Option<PathBuf> {
+    let canonical = path.canonicalize().ok()?;
+    canonical.is_file().then_some(canonical)
+}
+
+/// The program a server runs: a path with a `/` is taken from its `cwd` (as the OS does
+/// after changing into it); a bare name is looked up on the `PATH` the server gets (its
+/// own `env` first), relative `PATH` entries from its `cwd`.
+fn program_path(server: &McpServerConfig, cwd: &Path) -> Option<PathBuf> {
+    let command = Path::new(&server.command);
+    if server.command.contains('/') {
+        return regular_file(&cwd.join(command));
+    }
+    let path = match server.env.get("PATH") {
+        Some(path) => Some(path.into()),
+        None => std::env::var_os("PATH"),
+    }?;
+    std::env::split_paths(OsStr::new(&path))
+        .map(|dir| cwd.join(dir).join(command))
+        .find_map(|candidate| regular_file(&candidate))
 }
 
 fn parse_server(
@@ -267,9 +349,21 @@ fn parse_server(
         Some(c) => Some(PathBuf::from(expand(&c, lookup, name)?)),
         None => None,
     };
+    let tool_prefix = normalize_name(name);
+    if tool_prefix.contains("__") || tool_prefix.ends_with('_') {
+        return Err(server_error(
+            name,
+            format!(
+                "its tools would be named `mcp__{tool_prefix}__TOOL`, which another server's \
+                 tools could also be named (`__` separates the server from the tool): use a \
+                 name without `__` (after characters other than letters, digits, `_` and `-` \
+                 become `_`) that does not end in `_`"
+            ),
+        ));
+    }
     Ok(Some(McpServerConfig {
         name: name.to_string(),
-        tool_prefix: normalize_name(name),
+        tool_prefix,
         command,
         args,
         env,
@@ -382,5 +476,94 @@ mod tests {
                 Some(PathBuf::from("/abs"))
             ]
         );
+    }
+
+    #[test]
+    fn names_that_could_claim_another_servers_tools_are_refused() {
+        for name in ["a__b", "a_", "a..b", "x.", "__", "gh__"] {
+            let text = format!(r#"{{"mcpServers": {{"{name}": {{"command": "x"}}}}}}"#);
+            let e = parse(&text).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("MCP server `{name}`")) && e.contains("`__`"),
+                "{name}: {e}"
+            );
+        }
+        let fine = parse(
+            r#"{"mcpServers": {"a_b": {"command": "x"}, "_a": {"command": "x"},
+                "git hub": {"command": "x"}, "a-": {"command": "x"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(fine.len(), 4);
+    }
+
+    #[test]
+    fn retain_keeps_the_servers_it_is_told_to() {
+        let mut servers = parse(
+            r#"{"mcpServers": {"a": {"command": "x"}, "b": {"command": "y"},
+                "c": {"command": "z"}}}"#,
+        )
+        .unwrap();
+        servers.retain(|s| s.name != "b");
+        let names: Vec<_> = servers.servers().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+    }
+
+    #[test]
+    fn command_paths_lists_programs_and_file_arguments_canonically() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(ws.join("bin")).unwrap();
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        for file in [
+            "server.sh",
+            "conf.json",
+            "data.txt",
+            "bin/tool",
+            "sub/inner.py",
+        ] {
+            std::fs::write(ws.join(file), "x").unwrap();
+        }
+        std::os::unix::fs::symlink(ws.join("data.txt"), ws.join("link.txt")).unwrap();
+        let config = serde_json::json!({"mcpServers": {
+            "a": {"command": "./server.sh",
+                  "args": ["--config=conf.json", "data.txt", "missing.txt", "-v", "sub",
+                           "link.txt"]},
+            "b": {"command": "tool", "env": {"PATH": "bin"}},
+            "c": {"command": "python3", "args": ["inner.py"], "cwd": "sub"},
+            "d": {"command": "/nonexistent/server"}
+        }});
+        let servers = McpServers::from_json(&config.to_string())
+            .unwrap()
+            .with_default_cwd(&ws);
+        let paths = servers.command_paths();
+        for expected in [
+            "server.sh",
+            "conf.json",
+            "data.txt",
+            "bin/tool",
+            "sub/inner.py",
+        ] {
+            assert!(
+                paths.contains(&ws.join(expected)),
+                "{expected} missing: {paths:?}"
+            );
+        }
+        assert!(
+            paths.iter().all(|p| p.is_absolute() && p.is_file()),
+            "{paths:?}"
+        );
+        assert!(
+            !paths.contains(&ws.join("link.txt")),
+            "links are resolved: {paths:?}"
+        );
+        assert!(
+            !paths.contains(&ws.join("sub")),
+            "directories are not files: {paths:?}"
+        );
+        let mut sorted = paths.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted, paths);
     }
 }

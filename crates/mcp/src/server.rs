@@ -6,14 +6,15 @@
 //! is hung, and is killed so that the next call starts a fresh one.
 
 use crate::config::McpServerConfig;
+use crate::transport::{LineTransport, is_unreadable_answer};
 use dsh_core::{CancelReason, ErrorCode, Signal, ToolFailure};
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientRequest, Implementation,
-    InitializeRequestParams, PingRequest, Tool,
+    InitializeRequestParams, PaginatedRequestParams, PingRequest, Tool,
 };
 use rmcp::service::RunningService;
-use rmcp::{Peer, RoleClient, ServiceError};
+use rmcp::{ClientCacheConfig, Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value};
 use std::convert::Infallible;
 use std::fmt;
@@ -32,7 +33,19 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// wrapper ended it first (the wrapper reads the same `timeout_ms`, and its result wins).
 const BACKSTOP_MARGIN: Duration = Duration::from_millis(250);
 
-/// Timings of starting, calling, checking and stopping servers.
+/// The most pages of `tools/list` a server may answer with (default of
+/// [`McpOptions::max_tool_pages`]).
+pub const DEFAULT_MAX_TOOL_PAGES: usize = 100;
+/// The most tools a server may list (default of [`McpOptions::max_tools`]).
+pub const DEFAULT_MAX_TOOLS: usize = 1_000;
+/// The most bytes a server's listed tools may take as JSON (default of
+/// [`McpOptions::max_tool_list_bytes`]), 8 MiB.
+pub const DEFAULT_MAX_TOOL_LIST_BYTES: usize = 8 * 1024 * 1024;
+/// The longest message (one line) read from a server (default of
+/// [`McpOptions::max_message_bytes`]), 16 MiB, as rmcp's own limit.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Timings, limits and the read-only mode of the servers of a source.
 ///
 /// ```
 /// use std::time::Duration;
@@ -43,6 +56,9 @@ const BACKSTOP_MARGIN: Duration = Duration::from_millis(250);
 /// assert_eq!(options.startup_timeout, Duration::from_secs(30));
 /// assert_eq!(options.default_timeout, dsh_mcp::DEFAULT_TIMEOUT);
 /// assert_eq!(options.default_timeout, Duration::from_secs(60));
+/// assert_eq!((options.max_tool_pages, options.max_tools), (100, 1_000));
+/// assert_eq!(options.max_tool_list_bytes, 8 * 1024 * 1024);
+/// assert!(!options.read_only);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct McpOptions {
@@ -58,6 +74,20 @@ pub struct McpOptions {
     pub health_check_timeout: Duration,
     /// At shutdown, how long a server may take to exit after its stdin closed.
     pub shutdown_grace: Duration,
+    /// At start, the most `tools/list` pages a server may answer with (each with a
+    /// `nextCursor` asking for more); a server past it fails to start, naming the limit.
+    pub max_tool_pages: usize,
+    /// At start, the most tools a server may list; past it, it fails to start.
+    pub max_tools: usize,
+    /// At start, the most bytes the listed tools may take as JSON; past it, the server
+    /// fails to start.
+    pub max_tool_list_bytes: usize,
+    /// The longest message (one line of JSON) read from a server. A longer answer ends its
+    /// call at once with `TOOL_ERROR` (its bytes are dropped as they arrive, never held).
+    pub max_message_bytes: usize,
+    /// Read-only mode: only tools the server marks `readOnlyHint: true` run; every other
+    /// tool is refused with `DENIED` (see [`McpToolSource::read_only_policy`](crate::McpToolSource::read_only_policy)).
+    pub read_only: bool,
 }
 
 impl Default for McpOptions {
@@ -67,6 +97,11 @@ impl Default for McpOptions {
             startup_timeout: Duration::from_secs(30),
             health_check_timeout: Duration::from_secs(2),
             shutdown_grace: Duration::from_secs(2),
+            max_tool_pages: DEFAULT_MAX_TOOL_PAGES,
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_tool_list_bytes: DEFAULT_MAX_TOOL_LIST_BYTES,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            read_only: false,
         }
     }
 }
@@ -159,6 +194,36 @@ fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
     });
 }
 
+/// What went wrong, saying so plainly for an answer dsh could not read.
+fn service_error_text(e: &ServiceError) -> String {
+    match e {
+        ServiceError::McpError(e) if is_unreadable_answer(e) => {
+            format!("dsh cannot read the answer: {}", e.message)
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The size of `value` as JSON, without building the text.
+fn json_size(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // A value that cannot be written counts as large as the limit allows.
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
 fn failure(code: ErrorCode, message: String) -> ToolFailure {
     ToolFailure::with_code(code, message)
 }
@@ -176,6 +241,10 @@ impl McpServer {
 
     pub(crate) fn config(&self) -> &McpServerConfig {
         &self.config
+    }
+
+    pub(crate) fn options(&self) -> &McpOptions {
+        &self.options
     }
 
     /// The deadline of each call: the config's `timeout`, or the source's default (at
@@ -215,7 +284,13 @@ impl McpServer {
         if let Some(stderr) = stderr {
             log_stderr(self.config.name.clone(), stderr);
         }
-        let handshake = rmcp::serve_client(client_info(), (stdout, stdin));
+        let transport = LineTransport::new(
+            self.config.name.clone(),
+            stdout,
+            stdin,
+            self.options.max_message_bytes,
+        );
+        let handshake = rmcp::serve_client(client_info(), transport);
         let client = match tokio::time::timeout(self.options.startup_timeout, handshake).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
@@ -233,6 +308,11 @@ impl McpServer {
                 ));
             }
         };
+        // dsh lists tools once; cached pages would only hold a hostile server's list twice.
+        client
+            .peer()
+            .set_response_cache_config(ClientCacheConfig::disabled())
+            .await;
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         if generation > 1 {
             tracing::info!(server = %self.config.name, generation, "MCP server restarted");
@@ -253,14 +333,56 @@ impl McpServer {
             *live = Some(started);
             peer
         };
-        match tokio::time::timeout(self.options.startup_timeout, peer.list_all_tools()).await {
-            Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => Err(format!("listing its tools failed: {e}")),
+        match tokio::time::timeout(self.options.startup_timeout, self.list_tools(&peer)).await {
+            Ok(listed) => listed,
             Err(_) => Err(format!(
                 "it did not list its tools within {} ms",
                 self.options.startup_timeout.as_millis()
             )),
         }
+    }
+
+    /// Follows `nextCursor` page by page, within the page, tool and byte limits.
+    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<Vec<Tool>, String> {
+        let options = &self.options;
+        let mut tools = Vec::new();
+        let mut bytes = 0usize;
+        let mut cursor = None;
+        for page in 1.. {
+            let params = PaginatedRequestParams::default().with_cursor(cursor);
+            let listed = peer
+                .list_tools(Some(params))
+                .await
+                .map_err(|e| format!("listing its tools failed: {}", service_error_text(&e)))?;
+            for tool in listed.tools {
+                bytes = bytes.saturating_add(json_size(&tool));
+                if bytes > options.max_tool_list_bytes {
+                    return Err(format!(
+                        "its tool list is larger than the limit of {} bytes \
+                         (max_tool_list_bytes)",
+                        options.max_tool_list_bytes
+                    ));
+                }
+                tools.push(tool);
+                if tools.len() > options.max_tools {
+                    return Err(format!(
+                        "it lists more than the limit of {} tools (max_tools)",
+                        options.max_tools
+                    ));
+                }
+            }
+            cursor = listed.next_cursor;
+            if cursor.is_none() {
+                break;
+            }
+            if page >= options.max_tool_pages {
+                return Err(format!(
+                    "its tool list goes on past the limit of {} pages (max_tool_pages)",
+                    options.max_tool_pages
+                ));
+            }
+        }
+        Ok(tools)
     }
 
     /// The live connection's peer, starting the server again if it died.
@@ -404,6 +526,13 @@ impl McpServer {
         };
         match answer {
             Ok(result) => Ok(result),
+            Err(ServiceError::McpError(e)) if is_unreadable_answer(&e) => Err(failure(
+                ErrorCode::ToolError,
+                format!(
+                    "MCP server `{}` answered, but dsh cannot read the answer: {}",
+                    self.config.name, e.message
+                ),
+            )),
             Err(ServiceError::McpError(e)) => Err(failure(
                 ErrorCode::ToolError,
                 format!(

@@ -10,6 +10,11 @@
 //! and `tag {label, ms?}` (read-only; the same `structuredContent` for every label, with a
 //! text that names the label).
 //! It writes a line to stderr when it starts and before it crashes.
+//!
+//! Run with the first argument `raw`, it is instead a hand-written server that sends what
+//! rmcp's server side will not: see [`raw`](self) below.
+
+mod raw;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -224,8 +229,14 @@ pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync
 }
 
 /// Runs [`serve_stdio`] on a current-thread runtime (so `hang` blocks everything); returns
-/// the process's exit code.
+/// the process's exit code. With the arguments `raw …`, runs the hand-written server that
+/// answers with lines that are not valid messages, or a tool list that never ends
+/// (`raw --endless N`, `raw --tools JSON`, `raw --long-bytes N`).
 pub fn main_exit_code() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("raw") {
+        return raw::serve(&args[1..]);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -144,6 +144,11 @@ impl McpTool {
         &self.server.config().name
     }
 
+    /// True when the server marks the tool `annotations.readOnlyHint: true`.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
     fn presentations(&self) -> std::sync::MutexGuard<'_, Presentations> {
         match self.presentations.lock() {
             Ok(kept) => kept,
@@ -189,6 +194,13 @@ impl ToolDefinition for McpTool {
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+        // The pre-execute handler refuses first; this holds where it was not installed.
+        if self.server.options().read_only && !self.read_only {
+            return Err(ToolFailure::with_code(
+                ErrorCode::Denied,
+                crate::read_only::refusal(&self.name),
+            ));
+        }
         let Value::Object(arguments) = input else {
             return Err(ToolFailure::with_code(
                 ErrorCode::ToolInputError,
