@@ -61,6 +61,8 @@ pub struct PipelineConfig {
     /// Record arguments and results on the tracing spans (off by default: they may hold
     /// data that should not leave the process).
     pub record_content: bool,
+    /// What one call's sub-calls may add to the log, and how many it may make.
+    pub subcalls: crate::subcall::SubCallLimits,
 }
 
 impl Default for PipelineConfig {
@@ -71,6 +73,7 @@ impl Default for PipelineConfig {
             max_content_bytes: 256 * 1024,
             max_json_depth: 128,
             record_content: false,
+            subcalls: Default::default(),
         }
     }
 }
