@@ -274,8 +274,10 @@ fn dispatch(
             Value::String(request.arguments)
         } else {
             // The worker checked it is JSON; a line that is not can only be a broken worker.
-            serde_json::from_str(&request.arguments)
-                .unwrap_or_else(|_| Value::String(request.arguments))
+            match serde_json::from_str(&request.arguments) {
+                Ok(value) => value,
+                Err(_) => Value::String(request.arguments),
+            }
         };
         let result = dispatcher.dispatch(&ctx, &request.name, arguments).await;
         (request.id, result)

@@ -43,10 +43,9 @@ static HOOKED: AtomicBool = AtomicBool::new(false);
 /// Call it first thing in `main`, before parsing arguments or starting anything:
 ///
 /// ```no_run
-/// fn main() {
-///     dsh_code_mode::worker_main_if_requested();
-///     // ... the program as usual
-/// }
+/// // The first line of `main`:
+/// dsh_code_mode::worker_main_if_requested();
+/// // ... the program as usual.
 /// ```
 pub fn worker_main_if_requested() {
     if std::env::args_os().nth(1).is_some_and(|a| a == WORKER_ARG) {
