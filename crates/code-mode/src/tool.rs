@@ -37,7 +37,8 @@ are limited.";
 /// this same program, which must then call [`crate::worker_main_if_requested`] first thing in
 /// `main`; [`RunCode::with_worker`] names another. At most [`DEFAULT_MAX_SCRIPTS`] scripts run
 /// at once ([`RunCode::with_max_scripts`]); past that a call waits for a slot, within its own
-/// time limit.
+/// time limit. Workers are tokio child processes: the runtime the pipeline runs on needs its
+/// I/O driver (`enable_all`, as `#[tokio::main]` has).
 ///
 /// ```
 /// use dsh_code_mode::{CodeLimits, RunCode};

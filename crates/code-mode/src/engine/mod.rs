@@ -316,6 +316,7 @@ fn drive<'js>(ctx: &Ctx<'js>, state: &Rc<RunState>, job: &EngineJob) -> ScriptEn
             return ScriptEnd::Internal(format!("could not prepare the script's globals: {e}"));
         }
     };
+    state.memory.start();
     // The wrapper is a line of its own, so the model's line N is line N+1 here.
     let source = format!("(async () => {{\n{}\n}})()", job.code);
     let started: JsValue = match ctx.eval_with_options(source, eval_options(SCRIPT_NAME)) {

@@ -127,22 +127,28 @@ fn has_own(obj: &Object<'_>, key: &str) -> bool {
 /// started is the script's. Where there is no `/proc`, it never says so.
 #[derive(Debug)]
 pub(crate) struct MemoryWitness {
-    start_kib: Option<u64>,
+    start_kib: std::cell::Cell<Option<u64>>,
     limit_bytes: usize,
 }
 
 impl MemoryWitness {
     pub(crate) fn new(limit_bytes: usize) -> MemoryWitness {
         MemoryWitness {
-            start_kib: peak_kib(),
+            start_kib: std::cell::Cell::new(None),
             limit_bytes,
         }
     }
 
-    /// Whether the peak grew by at least three quarters of the heap limit: a heap that was
-    /// nearly full.
+    /// Takes the peak as the script starts (the runtime and the prelude are set up).
+    pub(crate) fn start(&self) {
+        self.start_kib.set(peak_kib());
+    }
+
+    /// Whether the peak grew by at least three quarters of the heap limit since the script
+    /// started: a heap that was nearly full. A script that throws `null` right after filling
+    /// most of its heap may be told it ran out of memory; nothing else is.
     pub(crate) fn exhausted(&self) -> bool {
-        let (Some(start), Some(now)) = (self.start_kib, peak_kib()) else {
+        let (Some(start), Some(now)) = (self.start_kib.get(), peak_kib()) else {
             return false;
         };
         let grown = now.saturating_sub(start).saturating_mul(1024);
