@@ -217,7 +217,7 @@ pub(crate) async fn run(
                         None => ScriptEnd::Internal(format!(
                             "the script's worker process {} before it reported{}",
                             describe(status),
-                            worker.stderr_tail()
+                            worker.stderr_tail().await
                         )),
                     };
                     report = Some(EngineReport::bare(end));

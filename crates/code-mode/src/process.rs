@@ -101,6 +101,8 @@ pub(crate) struct Worker {
     partial: Vec<u8>,
     max_line: usize,
     stderr: Arc<Mutex<String>>,
+    /// The task reading stderr, until its end is read.
+    stderr_read: Option<tokio::task::JoinHandle<()>>,
     held: Option<(LiveGuard, OwnedSemaphorePermit)>,
 }
 
@@ -142,7 +144,7 @@ impl Worker {
             }
         });
         let kept = Arc::new(Mutex::new(String::new()));
-        tokio::spawn(drain_stderr(stderr, kept.clone()));
+        let stderr_read = tokio::spawn(drain_stderr(stderr, kept.clone()));
         let mut worker = Worker {
             child: Some(child),
             to_child,
@@ -150,6 +152,7 @@ impl Worker {
             partial: Vec::new(),
             max_line,
             stderr: kept,
+            stderr_read: Some(stderr_read),
             held,
         };
         let hello = tokio::time::timeout(HELLO_TIMEOUT, worker.next()).await;
@@ -166,7 +169,7 @@ impl Worker {
                     "`{}` is not a script worker: it {} without a word{}",
                     command.program.display(),
                     describe(status),
-                    worker.stderr_tail()
+                    worker.stderr_tail().await
                 ))
             }
             Ok(Ok(Some(_)) | Err(_)) => Err(format!(
@@ -174,7 +177,7 @@ impl Worker {
                  that embeds run_code must call dsh_code_mode::worker_main_if_requested() first \
                  thing in main){}",
                 command.program.display(),
-                worker.stderr_tail()
+                worker.stderr_tail().await
             )),
             Err(_) => Err(format!(
                 "the script worker `{}` did not start within {} s",
@@ -246,8 +249,12 @@ impl Worker {
             .ok()
     }
 
-    /// What the worker wrote to stderr, as the end of a message.
-    pub(crate) fn stderr_tail(&self) -> String {
+    /// What the worker wrote to stderr, as the end of a message: all of it (up to what is
+    /// kept) once the worker has ended, waiting a moment for the last of it.
+    pub(crate) async fn stderr_tail(&mut self) -> String {
+        if let Some(read) = self.stderr_read.take() {
+            let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
+        }
         let kept = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
         let kept = kept.trim();
         if kept.is_empty() {
