@@ -1,7 +1,8 @@
 //! Code-mode benchmarks, through the full pipeline (scheduler, call actor, hooks, log).
 //!
-//! - `code/startup`: a step with one `run_code` whose script is `return 1` (engine thread,
-//!   fresh QuickJS runtime, prelude, script, result). `p50_ms`, goal ≤ 5; also `p99_ms`.
+//! - `code/startup`: a step with one `run_code` whose script is `return 1` (a worker process
+//!   started (this program again, see `main`), a fresh QuickJS runtime, prelude, script,
+//!   result, the process reaped in the background). `p50_ms`, goal ≤ 5; also `p99_ms`.
 //! - `code/subcall_overhead`: a script making 100 sequential no-op sub-calls; the cost of one
 //!   sub-call (the run's time less an empty script's, over 100) against a direct pipeline
 //!   call (a step with one no-op call). `ratio`, goal ≤ 2; also `subcall_us` and

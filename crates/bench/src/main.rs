@@ -30,6 +30,8 @@ fn benches() -> Vec<&'static Bench> {
 }
 
 fn main() {
+    // `run_code` runs its scripts in this program started again as a worker.
+    dsh_code_mode::worker_main_if_requested();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let all = benches();
     if args.is_empty() || args.iter().any(|a| a == "--list" || a == "-l") {

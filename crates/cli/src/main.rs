@@ -22,6 +22,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 fn main() -> ExitCode {
+    // `run_code` runs each script in this program started again as a worker: that run ends
+    // here, before anything else starts.
+    dsh_code_mode::worker_main_if_requested();
     let cli = Cli::parse();
     let telemetry = match init_tracing() {
         Ok(telemetry) => telemetry,

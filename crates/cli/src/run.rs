@@ -404,6 +404,11 @@ fn describe_rename(r: &RenamedCallId) -> String {
             "tool call {which} has no id; the log calls it `{}`",
             r.assigned
         )
+    } else if dsh_scheduler::is_derived_call_id(&r.original) {
+        format!(
+            "tool call {which} has the id `{}`, of the form dsh gives sub-calls (`ID.subN`); the log calls it `{}`",
+            r.original, r.assigned
+        )
     } else {
         format!(
             "tool call {which} repeats the id `{}` of an earlier call in the message; the log calls it `{}`",

@@ -6,7 +6,15 @@ pub enum CodeModeError {
     /// The call came without the pipeline's sub-call dispatcher (a body called directly).
     #[error("run_code needs the pipeline's sub-call dispatcher: run it through a session")]
     NoDispatcher,
-    /// The engine's thread could not be started.
-    #[error("could not start the JavaScript engine's thread: {0}")]
+    /// No worker program is known: the embedding program neither called
+    /// [`crate::worker_main_if_requested`] nor gave `RunCode` a [`crate::WorkerCommand`].
+    #[error(
+        "run_code has no worker program to run scripts in: the program must call \
+         dsh_code_mode::worker_main_if_requested() first thing in main, or give RunCode a \
+         WorkerCommand"
+    )]
+    NoWorker,
+    /// The worker process could not be started.
+    #[error("could not start the script's worker process: {0}")]
     Spawn(String),
 }

@@ -19,23 +19,30 @@
 //!
 //! ## Where the engine runs, and why
 //!
-//! QuickJS is blocking C code, and a script can hold the CPU until its interrupt handler
-//! stops it. Each script therefore runs on a thread of its own (not a tokio worker, and not
-//! `spawn_blocking`, whose threads' stack size we do not choose: QuickJS's stack limit is
-//! measured on the thread that created the runtime, so that thread's stack is sized from the
-//! limit). The body's task keeps the async side: it receives the script's sub-call requests
-//! over a channel, runs them concurrently through the dispatcher (which decides what may
-//! overlap), and sends each outcome back; the engine thread blocks only on its own channel.
-//! So no tokio worker ever runs script code, cancellation reaches the sub-call futures
-//! directly (they live in the body's task), and the interrupt handler, which checks the
-//! call's signal, the deadline and whether the body's task is still there to listen, ends a
-//! script that runs on its own.
+//! QuickJS is blocking C code, and it looks at its interrupt handler only every 10,000 calls
+//! and never inside a long built-in: `Array(1e5).fill(3n ** 60000n).forEach(String)` would
+//! hold a core for most of an hour after its call ended. So each script runs in a worker
+//! process of its own, which can always be stopped: at the deadline (or on cancel) the worker
+//! is told to stop, its interrupt handler ends the script and it reports; if it has not
+//! reported a short grace later (it is stuck in a built-in), its process is killed, so a
+//! script's CPU is freed by its deadline plus a quarter of a second, whatever it runs. A
+//! worker whose parent is gone sees its stdin end and exits.
 //!
-//! rquickjs's async runtime was the other way: it polls the script as a future on a tokio
-//! worker, so a script's CPU between two awaits runs on that worker, bounded only by the time
-//! limit (a minute of a blocked worker on a two-core machine), and with the `parallel`
-//! feature the runtime hops between workers, each with its own stack to measure the limit
-//! against. A thread per script costs about 0.1 ms at start, well inside the startup goal.
+//! The worker is the embedding program itself, started again with [`WORKER_ARG`]: call
+//! [`worker_main_if_requested`] first thing in `main` (the `dsh` binary does), or give
+//! [`RunCode::with_worker`] another program that runs [`worker_main`]. Without either,
+//! `run_code` fails with a clear error rather than run scripts it could not stop.
+//!
+//! The body's task keeps the async side: it receives the script's sub-call requests over the
+//! worker's stdout, runs them concurrently through the dispatcher (which decides what may
+//! overlap), and writes each outcome back. So no tokio worker ever runs script code, and
+//! cancellation reaches the sub-call futures directly (they live in the body's task). Inside
+//! the worker the script runs on a thread whose stack is sized from the limit (QuickJS
+//! measures its stack limit from the thread that created the runtime).
+//!
+//! Scripts alive at once are bounded ([`DEFAULT_MAX_SCRIPTS`], [`RunCode::with_max_scripts`]):
+//! a process holds its slot until it is reaped, and a call past the bound waits its turn
+//! within its own time limit (`TOOL_TIMEOUT` saying so if no slot freed in time).
 //!
 //! ## What a script is told
 //!
@@ -56,22 +63,26 @@ mod engine;
 mod error;
 mod host;
 mod limits;
+mod process;
 mod report;
 mod tool;
+mod worker;
 
 pub use dsh_core::dispatcher::RUN_CODE;
 pub use error::CodeModeError;
 pub use limits::CodeLimits;
-pub use tool::RunCode;
+pub use process::WorkerCommand;
+pub use tool::{DEFAULT_MAX_SCRIPTS, RunCode};
+pub use worker::{WORKER_ARG, worker_main, worker_main_if_requested};
 
-/// Scripts whose engine thread is still alive (running, or winding down after a stop).
+/// Scripts whose worker process is still alive (running, or killed and not yet reaped).
 ///
-/// A stopped script's thread ends on its own within moments; a count that stays up means a
-/// script is still running.
+/// A stopped script's process is gone within moments; a count that stays up means a script
+/// is still running.
 ///
 /// ```
 /// assert_eq!(dsh_code_mode::live_engines(), 0);
 /// ```
 pub fn live_engines() -> usize {
-    engine::live()
+    process::live()
 }

@@ -247,6 +247,29 @@ fn end_line(end: &ScriptEnd, limits: &CodeLimits) -> (ErrorCode, String) {
             limits.max_result_bytes
         )),
         ScriptEnd::Stopped(Stop::Deadline) => (ErrorCode::ToolTimeout, timeout_line(limits)),
+        ScriptEnd::Killed(Stop::Cancelled) => (
+            ErrorCode::Aborted,
+            "was cancelled; it did not stop when told (it was inside a built-in that does not \
+             look), so its process was killed, and its console output is lost."
+                .into(),
+        ),
+        ScriptEnd::Killed(_) => (
+            ErrorCode::ToolTimeout,
+            format!(
+                "did not finish within its time limit of {} ms; it did not stop when told (it \
+                 was inside a built-in that does not look), so its process was killed, and its \
+                 console output is lost.",
+                limits.timeout_ms()
+            ),
+        ),
+        ScriptEnd::NoSlot { slots } => (
+            ErrorCode::ToolTimeout,
+            format!(
+                "did not start within its time limit of {} ms: all {slots} script slots stayed \
+                 busy with other scripts.",
+                limits.timeout_ms()
+            ),
+        ),
         ScriptEnd::Stopped(Stop::Cancelled) => (
             ErrorCode::Aborted,
             "was cancelled; it and its running sub-calls were stopped.".into(),

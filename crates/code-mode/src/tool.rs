@@ -1,12 +1,19 @@
 //! The `run_code` tool.
 
 use crate::error::CodeModeError;
+use crate::host::Workers;
 use crate::limits::CodeLimits;
+use crate::process::WorkerCommand;
 use crate::{host, report};
 use async_trait::async_trait;
 use dsh_core::dispatcher::RUN_CODE;
 use dsh_core::{ContentBlock, ErrorCode, ToolContext, ToolDefinition, ToolFailure};
 use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// Scripts one [`RunCode`] (and its clones) runs at once unless told otherwise.
+pub const DEFAULT_MAX_SCRIPTS: usize = 8;
 
 /// How much later than the script's own limit the pipeline's timeout wrapper (when one is
 /// registered) gives up: the script's own, more telling error normally comes first.
@@ -25,7 +32,13 @@ are limited.";
 
 /// Code mode's tool: runs a script whose `tools.*` calls go through the whole pipeline.
 ///
-/// Register it beside the other tools; the scheduler hands its body the dispatcher.
+/// Register it beside the other tools; the scheduler hands its body the dispatcher. Each
+/// script runs in a worker process of its own (see the crate's documentation): by default
+/// this same program, which must then call [`crate::worker_main_if_requested`] first thing in
+/// `main`; [`RunCode::with_worker`] names another. At most [`DEFAULT_MAX_SCRIPTS`] scripts run
+/// at once ([`RunCode::with_max_scripts`]); past that a call waits for a slot, within its own
+/// time limit. Workers are tokio child processes: the runtime the pipeline runs on needs its
+/// I/O driver (`enable_all`, as `#[tokio::main]` has).
 ///
 /// ```
 /// use dsh_code_mode::{CodeLimits, RunCode};
@@ -34,20 +47,53 @@ are limited.";
 /// registry.register(RunCode::new(CodeLimits::default())).unwrap();
 /// assert_eq!(registry.names(), ["run_code"]);
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RunCode {
     limits: CodeLimits,
+    workers: Workers,
+}
+
+impl Default for RunCode {
+    fn default() -> Self {
+        RunCode::new(CodeLimits::default())
+    }
 }
 
 impl RunCode {
-    /// A `run_code` tool with these limits.
+    /// A `run_code` tool with these limits, running scripts in this program as a worker.
     pub fn new(limits: CodeLimits) -> RunCode {
-        RunCode { limits }
+        RunCode {
+            limits,
+            workers: Workers {
+                command: None,
+                slots: Arc::new(Semaphore::new(DEFAULT_MAX_SCRIPTS)),
+                max_scripts: DEFAULT_MAX_SCRIPTS,
+            },
+        }
+    }
+
+    /// Runs scripts in workers started with `command`.
+    pub fn with_worker(mut self, command: WorkerCommand) -> RunCode {
+        self.workers.command = Some(command);
+        self
+    }
+
+    /// Runs at most `n` scripts at once (at least one); a call past it waits for a slot.
+    pub fn with_max_scripts(mut self, n: usize) -> RunCode {
+        let n = n.clamp(1, Semaphore::MAX_PERMITS);
+        self.workers.slots = Arc::new(Semaphore::new(n));
+        self.workers.max_scripts = n;
+        self
     }
 
     /// Its limits.
     pub fn limits(&self) -> &CodeLimits {
         &self.limits
+    }
+
+    /// The worker it was given, if any (`None`: this program, as a worker).
+    pub fn worker(&self) -> Option<&WorkerCommand> {
+        self.workers.command.as_ref()
     }
 }
 
@@ -94,7 +140,7 @@ impl ToolDefinition for RunCode {
             ToolFailure::with_code(ErrorCode::ToolInputError, "`code` must be a string")
         })?;
         let dispatcher = ctx.dispatcher.clone().ok_or(CodeModeError::NoDispatcher)?;
-        let finished = host::run(code, &self.limits, &ctx, dispatcher).await?;
+        let finished = host::run(code, &self.limits, &ctx, dispatcher, &self.workers).await?;
         report::answer(
             finished.report,
             &finished.calls,

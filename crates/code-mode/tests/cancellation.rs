@@ -125,7 +125,7 @@ impl dsh_core::SubCallDispatcher for NoSubCalls {
 async fn dropping_the_body_without_a_signal_ends_a_spinning_script() {
     // What a killed call actor does: the body's future is dropped, and no signal fires.
     let _serial = serial().await;
-    let tool = dsh_code_mode::RunCode::new(dsh_code_mode::CodeLimits {
+    let tool = run_code_tool(dsh_code_mode::CodeLimits {
         timeout: Duration::from_secs(60),
         ..test_limits()
     });
@@ -152,6 +152,6 @@ async fn dropping_the_body_without_a_signal_ends_a_spinning_script() {
     engines_gone().await;
     assert!(
         dropped_at.elapsed() < Duration::from_secs(2),
-        "the engine thread ended soon after its body was dropped, not at the 60 s limit"
+        "the script's worker ended soon after its body was dropped, not at the 60 s limit"
     );
 }

@@ -66,3 +66,4 @@ pub use session::{
     ShutdownReport,
 };
 pub use step::{CancelTarget, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest};
+pub use subcall::{SubCallLimits, is_derived_call_id};

@@ -223,20 +223,26 @@ fn close_later(
     });
 }
 
-/// Empty and repeated ids get fresh ones, so pairing by id stays exact within the step.
+/// Empty and repeated ids get fresh ones, so pairing by id stays exact within the step; so
+/// does a model id of the form dsh derives for sub-calls (`PARENT.subN`,
+/// [`crate::is_derived_call_id`]), so that no derived id can be one the model gave. A fresh
+/// id, `dsh_STEP_N`, is neither an id of the step nor of the derived form.
 fn assign_ids(step: u64, calls: &mut [ToolCall]) -> Vec<RenamedCallId> {
     let mut seen: HashSet<String> = HashSet::new();
     let taken: HashSet<String> = calls.iter().map(|c| c.call_id.clone()).collect();
     let mut renamed = Vec::new();
     for (index, call) in calls.iter_mut().enumerate() {
-        if call.call_id.is_empty() || seen.contains(&call.call_id) {
+        if call.call_id.is_empty()
+            || seen.contains(&call.call_id)
+            || crate::subcall::is_derived_call_id(&call.call_id)
+        {
             let mut n = index;
             let mut fresh = format!("dsh_{step}_{n}");
             while taken.contains(&fresh) || seen.contains(&fresh) {
                 n += 1_000_000;
                 fresh = format!("dsh_{step}_{n}");
             }
-            tracing::warn!(index, original = %call.call_id, assigned = %fresh, "call id missing or repeated; assigned a fresh one");
+            tracing::warn!(index, original = %call.call_id, assigned = %fresh, "call id missing, repeated or of the derived form; assigned a fresh one");
             renamed.push(RenamedCallId {
                 index,
                 original: std::mem::replace(&mut call.call_id, fresh.clone()),

@@ -1,36 +1,36 @@
-//! The engine thread: one QuickJS runtime per script, with hard limits.
+//! The engine: one QuickJS runtime for one script, with hard limits, in a worker process.
 //!
-//! Each script gets a fresh runtime on a thread of its own, created on that thread (QuickJS
-//! measures its stack limit from the stack of the thread that created the runtime, so the
-//! thread's stack is sized from the limit). Nothing survives a script: a memory bomb or a
-//! runaway recursion dies with its runtime. The runtime has QuickJS's core intrinsics only:
-//! no module loader, no timers, no `std`/`os`, so the script reaches the world through
-//! `tools` alone.
+//! The runtime is created on a thread of its own, whose stack is sized from the limit
+//! (QuickJS measures its stack limit from the stack of the thread that created the runtime).
+//! Nothing survives a script: the worker process runs one script and exits. The runtime has
+//! QuickJS's core intrinsics only: no module loader, no timers, no `std`/`os`, so the script
+//! reaches the world through `tools` alone.
 //!
-//! Sub-calls: `tools.x(args)` makes a promise, sends the request to the body's task and
-//! returns; several requests can be in flight at once (`Promise.all`). When nothing is left to
-//! run, the thread blocks on its own channel for the next reply (up to the deadline), settles
-//! that promise and runs the jobs it unlocked. The interrupt handler stops JavaScript that
-//! keeps running: it fires once the deadline passed, the call's signal fired, the body's task
-//! that reads the script's requests is gone, or the script went over its sub-call limit.
+//! Sub-calls: `tools.x(args)` makes a promise, writes the request to the body and returns;
+//! several requests can be in flight at once (`Promise.all`). When nothing is left to run,
+//! the thread blocks on its channel for the next reply (up to the deadline), settles that
+//! promise and runs the jobs it unlocked. The interrupt handler stops JavaScript that keeps
+//! running: it fires once the deadline passed, the body said stop, or the script went over
+//! its sub-call limit. QuickJS polls it only every 10,000 calls and never inside a long
+//! built-in; what it cannot stop in time the body stops by killing the process.
 
 mod thrown;
 
-use crate::bridge::{EngineReport, HostMsg, ScriptEnd, Stop, SubCallRequest};
-use crate::limits::CodeLimits;
-use dsh_core::Signal;
+use crate::bridge::{
+    EngineReport, FromWorker, HostMsg, JobLimits, ScriptEnd, Stop, SubCallRequest,
+};
+use dsh_core::MAX_ARGUMENT_BYTES;
 use dsh_core::content::truncate_at_char_boundary;
 use rquickjs::context::EvalOptions;
 use rquickjs::promise::PromiseState;
 use rquickjs::{Context, Ctx, Error as JsError, Exception, Function, Runtime, Value as JsValue};
 use std::cell::{Cell, RefCell};
-use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 use thrown::Thrown;
-use tokio::sync::{mpsc, oneshot};
 
 /// The file name QuickJS gives the script in locations (`run_code:3:9`).
 pub(crate) const SCRIPT_NAME: &str = "run_code";
@@ -38,62 +38,51 @@ pub(crate) const SCRIPT_NAME: &str = "run_code";
 const PRELUDE: &str = include_str!("prelude.js");
 
 /// Rust frames (ours and rquickjs's) that run on the engine thread besides JavaScript's.
-const THREAD_STACK_MARGIN: usize = 1 << 20;
+pub(crate) const THREAD_STACK_MARGIN: usize = 1 << 20;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// The longest text of a thrown error or a compile error the report carries: what the model
+/// needs to act on, not a megabyte a script threw.
+const MAX_THROWN_BYTES: usize = 8 << 10;
 
-/// Engine threads alive right now (a script running or winding down).
-pub(crate) fn live() -> usize {
-    LIVE.load(Ordering::SeqCst)
-}
+/// A stop the body asked for, set from the worker's reader thread, read by the interrupt
+/// handler.
+#[derive(Debug, Default)]
+pub(crate) struct StopFlag(AtomicU8);
 
-struct LiveGuard;
+impl StopFlag {
+    pub(crate) fn set(&self, stop: Stop) {
+        let code = match stop {
+            Stop::Deadline => 1,
+            Stop::Cancelled => 2,
+            Stop::SubcallLimit => 3,
+        };
+        let _ = self
+            .0
+            .compare_exchange(0, code, Ordering::SeqCst, Ordering::SeqCst);
+    }
 
-impl LiveGuard {
-    fn enter() -> LiveGuard {
-        LIVE.fetch_add(1, Ordering::SeqCst);
-        LiveGuard
+    fn get(&self) -> Option<Stop> {
+        match self.0.load(Ordering::SeqCst) {
+            1 => Some(Stop::Deadline),
+            2 => Some(Stop::Cancelled),
+            3 => Some(Stop::SubcallLimit),
+            _ => None,
+        }
     }
 }
 
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        LIVE.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+/// Writes one message to the body; false when the body is gone.
+pub(crate) type Outbox = Arc<dyn Fn(&FromWorker) -> bool + Send + Sync>;
 
 /// Everything a script runs with.
 pub(crate) struct EngineJob {
     pub code: String,
     pub tools: Vec<String>,
-    pub limits: CodeLimits,
+    pub limits: JobLimits,
     pub deadline: Instant,
-    pub signal: Signal,
-    pub to_host: mpsc::UnboundedSender<SubCallRequest>,
+    pub stop: Arc<StopFlag>,
+    pub send: Outbox,
     pub from_host: Receiver<HostMsg>,
-}
-
-/// Starts the script on its own thread; the answer comes when it is over and its runtime is
-/// freed.
-pub(crate) fn spawn(job: EngineJob) -> std::io::Result<oneshot::Receiver<EngineReport>> {
-    let (done, answer) = oneshot::channel();
-    let stack = job
-        .limits
-        .stack_bytes
-        .saturating_mul(2)
-        .saturating_add(THREAD_STACK_MARGIN);
-    std::thread::Builder::new()
-        .name("dsh-run-code".into())
-        .stack_size(stack)
-        .spawn(move || {
-            let _live = LiveGuard::enter();
-            let report =
-                std::panic::catch_unwind(AssertUnwindSafe(|| run(job))).unwrap_or_else(|_| {
-                    EngineReport::bare(ScriptEnd::Internal("the engine panicked".into()))
-                });
-            let _ = done.send(report);
-        })?;
-    Ok(answer)
 }
 
 /// The console: kept up to a cap, the rest counted.
@@ -130,13 +119,14 @@ impl Console {
 /// What the interrupt handler, the bridge functions and the loop share on the engine thread.
 struct RunState {
     deadline: Instant,
-    signal: Signal,
+    asked: Arc<StopFlag>,
     stop: Cell<Option<Stop>>,
     console: RefCell<Console>,
     made: Cell<u32>,
     waiting: Cell<usize>,
     max_subcalls: usize,
-    to_host: mpsc::UnboundedSender<SubCallRequest>,
+    send: Outbox,
+    memory: thrown::MemoryWitness,
 }
 
 impl RunState {
@@ -145,14 +135,10 @@ impl RunState {
         if let Some(stop) = self.stop.get() {
             return Some(stop);
         }
-        // A body dropped without its signal firing (its call actor killed, say) closes the
-        // channel back to it: nobody will read what the script does, so it stops too.
-        let stop = if self.signal.is_cancelled() || self.to_host.is_closed() {
-            Some(Stop::Cancelled)
-        } else if Instant::now() >= self.deadline {
-            Some(Stop::Deadline)
-        } else {
-            None
+        let stop = match self.asked.get() {
+            Some(stop) => Some(stop),
+            None if Instant::now() >= self.deadline => Some(Stop::Deadline),
+            None => None,
         };
         self.stop.set(stop);
         stop
@@ -172,22 +158,17 @@ impl RunState {
                 ),
             ));
         }
-        let arguments = serde_json::from_str(&args).map_err(|e| {
-            Exception::throw_type(
+        // Checked here, where the script can be told at once; nesting past what a reader
+        // takes is the only way `JSON.stringify`'s text fails it.
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&args) {
+            return Err(Exception::throw_type(
                 ctx,
                 &format!("the arguments of tools.{name} are not JSON: {e}"),
-            )
-        })?;
+            ));
+        }
         let id = self.made.get();
-        if self
-            .to_host
-            .send(SubCallRequest {
-                id,
-                name,
-                arguments,
-            })
-            .is_err()
-        {
+        let request = cut_arguments(id, name, args);
+        if !(self.send)(&FromWorker::Call(request)) {
             self.stop.set(Some(Stop::Cancelled));
             return Err(Exception::throw_internal(ctx, "run_code is stopping"));
         }
@@ -197,10 +178,30 @@ impl RunState {
     }
 }
 
-fn run(job: EngineJob) -> EngineReport {
+/// Arguments longer than any call may carry are not sent whole: their first bytes are enough
+/// for the pipeline to refuse them as oversized, naming their size.
+fn cut_arguments(id: u32, name: String, mut arguments: String) -> SubCallRequest {
+    let cut = arguments.len() > MAX_ARGUMENT_BYTES;
+    if cut {
+        let mut keep = MAX_ARGUMENT_BYTES + 1;
+        while !arguments.is_char_boundary(keep) {
+            keep += 1;
+        }
+        arguments.truncate(keep);
+    }
+    SubCallRequest {
+        id,
+        name,
+        arguments,
+        cut,
+    }
+}
+
+/// Runs the script to its end, on the calling thread (one sized for the stack limit).
+pub(crate) fn run(job: EngineJob) -> EngineReport {
     let state = Rc::new(RunState {
         deadline: job.deadline,
-        signal: job.signal.clone(),
+        asked: job.stop.clone(),
         stop: Cell::new(None),
         console: RefCell::new(Console {
             text: String::new(),
@@ -210,7 +211,8 @@ fn run(job: EngineJob) -> EngineReport {
         made: Cell::new(0),
         waiting: Cell::new(0),
         max_subcalls: job.limits.max_subcalls,
-        to_host: job.to_host.clone(),
+        send: job.send.clone(),
+        memory: thrown::MemoryWitness::new(job.limits.memory_bytes),
     });
     let end = match Runtime::new() {
         Ok(rt) => {
@@ -230,9 +232,37 @@ fn run(job: EngineJob) -> EngineReport {
     };
     let console = state.console.borrow();
     EngineReport {
-        end,
+        end: bounded(end),
         console: console.text.clone(),
         console_dropped: console.dropped,
+    }
+}
+
+/// The end with its texts cut to what a report carries.
+fn bounded(end: ScriptEnd) -> ScriptEnd {
+    let cut = |mut text: String| {
+        if text.len() > MAX_THROWN_BYTES {
+            let kept = truncate_at_char_boundary(&text, MAX_THROWN_BYTES).len();
+            let dropped = text.len() - kept;
+            text.truncate(kept);
+            text.push_str(&format!(" [... {dropped} more bytes]"));
+        }
+        text
+    };
+    match end {
+        ScriptEnd::Threw(t) => ScriptEnd::Threw(cut(t)),
+        ScriptEnd::BadResult(t) => ScriptEnd::BadResult(cut(t)),
+        ScriptEnd::Internal(t) => ScriptEnd::Internal(cut(t)),
+        ScriptEnd::Syntax {
+            message,
+            line,
+            column,
+        } => ScriptEnd::Syntax {
+            message: cut(message),
+            line,
+            column,
+        },
+        other => other,
     }
 }
 
@@ -271,7 +301,7 @@ fn failed(ctx: &Ctx<'_>, state: &RunState) -> ScriptEnd {
     let thrown = Thrown::read(&ctx.catch());
     match state.check() {
         Some(stop) => ScriptEnd::Stopped(stop),
-        None => thrown.classify(),
+        None => thrown.classify(&state.memory),
     }
 }
 
@@ -286,6 +316,7 @@ fn drive<'js>(ctx: &Ctx<'js>, state: &Rc<RunState>, job: &EngineJob) -> ScriptEn
             return ScriptEnd::Internal(format!("could not prepare the script's globals: {e}"));
         }
     };
+    state.memory.start();
     // The wrapper is a line of its own, so the model's line N is line N+1 here.
     let source = format!("(async () => {{\n{}\n}})()", job.code);
     let started: JsValue = match ctx.eval_with_options(source, eval_options(SCRIPT_NAME)) {
@@ -298,7 +329,7 @@ fn drive<'js>(ctx: &Ctx<'js>, state: &Rc<RunState>, job: &EngineJob) -> ScriptEn
             return if thrown.is_syntax_error() {
                 thrown.syntax(&job.code)
             } else {
-                thrown.classify()
+                thrown.classify(&state.memory)
             };
         }
         Err(e) => return ScriptEnd::Internal(e.to_string()),
@@ -333,7 +364,11 @@ fn drive<'js>(ctx: &Ctx<'js>, state: &Rc<RunState>, job: &EngineJob) -> ScriptEn
             // A job that failed (out of memory while settling, say) leaves its exception.
             let left = ctx.catch();
             if left.is_object() {
-                return Thrown::read(&left).classify();
+                return Thrown::read(&left).classify(&state.memory);
+            }
+            // A job that ran out of memory can leave nothing at all, and its promise pending.
+            if state.memory.exhausted() {
+                return ScriptEnd::OutOfMemory;
             }
             return ScriptEnd::Stalled;
         }

@@ -1,10 +1,19 @@
-//! Turning what a script threw into text the model can act on.
+//! Turning what a script threw into text the model can act on, and telling the engine's
+//! own limit errors from what a script threw.
 //!
 //! The script is evaluated wrapped in an async function whose first line is the wrapper, so
 //! every location QuickJS reports is one line below the model's line: it is moved back here.
+//!
+//! A limit error is the engine's only if it is a real error object whose `name` is its
+//! class's (not an own property a script set): a thrown plain object or a renamed error is
+//! the script's exception, whatever it says. When QuickJS runs out of memory so fully that it
+//! cannot even make its error object, it throws `null`; a script can throw `null` too, so a
+//! `null` is told as running out of memory only when the process's peak memory shows the heap
+//! was filled ([`MemoryWitness`]).
 
 use super::SCRIPT_NAME;
 use crate::bridge::ScriptEnd;
+use rquickjs::object::Filter;
 use rquickjs::{Coerced, Object, Value};
 
 /// What was thrown, read without trusting it (getters may throw; those parts stay empty).
@@ -13,6 +22,10 @@ pub(super) struct Thrown {
     pub name: Option<String>,
     pub message: String,
     pub stack: Option<String>,
+    /// A real error object whose `name` it inherits from its class: what the engine makes.
+    pub engine_shaped: bool,
+    /// `null` or `undefined` (or no exception at all).
+    pub nullish: bool,
 }
 
 impl Thrown {
@@ -25,26 +38,35 @@ impl Thrown {
                     name,
                     message: message.unwrap_or_default(),
                     stack: text_field(obj, "stack").map(|s| user_stack(&s)),
+                    engine_shaped: value.is_error() && !has_own(obj, "name"),
+                    nullish: false,
                 };
             }
         }
-        let message = value
-            .get::<Coerced<String>>()
-            .map(|c| c.0)
-            .unwrap_or_else(|_| "a value that cannot be shown".to_string());
+        let nullish = value.type_of().is_void();
+        let message = if value.type_of() == rquickjs::Type::Uninitialized {
+            "null".to_string()
+        } else {
+            value
+                .get::<Coerced<String>>()
+                .map(|c| c.0)
+                .unwrap_or_else(|_| "a value that cannot be shown".to_string())
+        };
         Thrown {
             name: None,
             message,
             stack: None,
+            engine_shaped: false,
+            nullish,
         }
     }
 
     fn is(&self, name: &str) -> bool {
-        self.name.as_deref() == Some(name)
+        self.engine_shaped && self.name.as_deref() == Some(name)
     }
 
     /// The engine's own limit errors, or the script's exception.
-    pub(super) fn classify(self) -> ScriptEnd {
+    pub(super) fn classify(self, memory: &MemoryWitness) -> ScriptEnd {
         if self.is("InternalError") && self.message == "out of memory" {
             return ScriptEnd::OutOfMemory;
         }
@@ -52,6 +74,9 @@ impl Thrown {
             || (self.is("InternalError") && self.message.starts_with("stack overflow"))
         {
             return ScriptEnd::StackOverflow;
+        }
+        if self.nullish && memory.exhausted() {
+            return ScriptEnd::OutOfMemory;
         }
         ScriptEnd::Threw(self.text())
     }
@@ -89,6 +114,53 @@ impl Thrown {
         }
         out
     }
+}
+
+/// Whether `key` is an own property of `obj` (without running any getter).
+fn has_own(obj: &Object<'_>, key: &str) -> bool {
+    obj.own_keys::<String>(Filter::new().string())
+        .any(|k| k.is_ok_and(|k| k == key))
+}
+
+/// Tells whether the script's heap was filled, from the worker process's peak resident
+/// memory (`VmHWM`): the process runs this one script, so its peak growth since the script
+/// started is the script's. Where there is no `/proc`, it never says so.
+#[derive(Debug)]
+pub(crate) struct MemoryWitness {
+    start_kib: std::cell::Cell<Option<u64>>,
+    limit_bytes: usize,
+}
+
+impl MemoryWitness {
+    pub(crate) fn new(limit_bytes: usize) -> MemoryWitness {
+        MemoryWitness {
+            start_kib: std::cell::Cell::new(None),
+            limit_bytes,
+        }
+    }
+
+    /// Takes the peak as the script starts (the runtime and the prelude are set up).
+    pub(crate) fn start(&self) {
+        self.start_kib.set(peak_kib());
+    }
+
+    /// Whether the peak grew by at least three quarters of the heap limit since the script
+    /// started: a heap that was nearly full. A script that throws `null` right after filling
+    /// most of its heap may be told it ran out of memory; nothing else is.
+    pub(crate) fn exhausted(&self) -> bool {
+        let (Some(start), Some(now)) = (self.start_kib.get(), peak_kib()) else {
+            return false;
+        };
+        let grown = now.saturating_sub(start).saturating_mul(1024);
+        grown >= (self.limit_bytes as u64 / 4).saturating_mul(3)
+    }
+}
+
+/// The process's peak resident memory in KiB.
+fn peak_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn text_field(obj: &Object<'_>, key: &str) -> Option<String> {

@@ -104,10 +104,17 @@ impl ToolDefinition for Nap {
     }
 }
 
+/// `run_code` with these limits, its scripts run by this crate's worker binary.
+pub fn run_code_tool(limits: CodeLimits) -> RunCode {
+    RunCode::new(limits).with_worker(dsh_code_mode::WorkerCommand::new(env!(
+        "CARGO_BIN_EXE_dsh-code-worker"
+    )))
+}
+
 /// A registry with `run_code` (these limits), `nap` and `solo`.
 pub fn registry(probe: &Arc<Probe>, limits: CodeLimits) -> Arc<ToolRegistry> {
     let registry = Arc::new(ToolRegistry::new());
-    registry.register(RunCode::new(limits)).unwrap();
+    registry.register(run_code_tool(limits)).unwrap();
     registry
         .register(Nap {
             name: "nap",
@@ -174,22 +181,48 @@ pub fn returned(r: &FrozenResult) -> Value {
     r.value().unwrap()["returned"].clone()
 }
 
-/// Waits (a few seconds at most) until every engine thread has ended.
+/// Waits (a few seconds at most) until every script's worker process has ended.
 pub async fn engines_gone() {
     let start = Instant::now();
     while dsh_code_mode::live_engines() > 0 {
         assert!(
             start.elapsed() < Duration::from_secs(5),
-            "an engine thread is still running"
+            "a script's worker process is still running"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
-/// Serializes the tests of one binary that count live engine threads (the count is global).
+/// Serializes the tests of one binary that count live workers (the count is global).
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
     LOCK.get_or_init(|| tokio::sync::Mutex::new(()))
         .lock()
         .await
+}
+
+/// The pids of this process's children that are script workers (Linux: from /proc), so a
+/// test can see that a stopped script's process is really gone.
+pub fn child_workers() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // `pid (comm) state ppid ...`: comm may hold spaces, so read after its `)`.
+            let Some((comm, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let ppid = rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok());
+            ppid == Some(me) && comm.contains("dsh-code-worker")
+        })
+        .collect()
 }

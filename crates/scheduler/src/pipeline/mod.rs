@@ -89,6 +89,8 @@ pub struct PipelineConfig {
     /// at all: `present` and `finalize_content` end their call `PIPELINE_ERROR` at once,
     /// naming what is stuck; so stuck user code never holds more of the runtime than this.
     pub user_code_threads: usize,
+    /// What one call's sub-calls may add to the log, and how many it may make.
+    pub subcalls: crate::subcall::SubCallLimits,
 }
 
 impl Default for PipelineConfig {
@@ -103,6 +105,7 @@ impl Default for PipelineConfig {
             user_code_deadline: Duration::from_secs(5),
             cancelled_deadline: Duration::from_secs(1),
             user_code_threads: 16,
+            subcalls: Default::default(),
         }
     }
 }

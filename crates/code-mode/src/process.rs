@@ -1,0 +1,324 @@
+//! The body's side of a worker process: starting it, its lines in and out, and making sure it
+//! is gone.
+//!
+//! A worker is started in a process group of its own (a terminal's Ctrl-C reaches the
+//! program, which stops its scripts itself) with its three standard streams piped; nothing
+//! else is inherited (Rust opens every other descriptor close-on-exec). It never starts a
+//! process itself, so killing it (SIGKILL) ends everything it ran. A [`Worker`] that is
+//! dropped, for whatever reason, kills its process and reaps it in the background; until
+//! then the process counts as live ([`live`]) and keeps its script slot, so the number of
+//! scripts alive at once never passes the slots, even while they die.
+
+use crate::bridge::{FromWorker, PROTOCOL, ToWorker};
+use crate::worker::WORKER_ARG;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+/// How a script worker is started: a program and its arguments. The program must run
+/// [`crate::worker_main`] (directly, or through [`crate::worker_main_if_requested`] when
+/// started with [`WORKER_ARG`]).
+///
+/// ```
+/// use dsh_code_mode::{WorkerCommand, WORKER_ARG};
+/// let command = WorkerCommand::new("/usr/local/bin/my-agent").arg(WORKER_ARG);
+/// assert_eq!(command.program(), std::path::Path::new("/usr/local/bin/my-agent"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerCommand {
+    program: PathBuf,
+    args: Vec<OsString>,
+}
+
+impl WorkerCommand {
+    /// Runs `program` with no arguments (a program that is only a worker).
+    pub fn new(program: impl Into<PathBuf>) -> WorkerCommand {
+        WorkerCommand {
+            program: program.into(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Adds an argument.
+    pub fn arg(mut self, arg: impl Into<OsString>) -> WorkerCommand {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// This program, started with [`WORKER_ARG`]: right for a program whose `main` calls
+    /// [`crate::worker_main_if_requested`] first.
+    pub fn current_exe() -> std::io::Result<WorkerCommand> {
+        Ok(WorkerCommand::new(std::env::current_exe()?).arg(WORKER_ARG))
+    }
+
+    /// The program it starts.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+}
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Worker processes started and not yet reaped.
+pub(crate) fn live() -> usize {
+    LIVE.load(Ordering::SeqCst)
+}
+
+struct LiveGuard;
+
+impl LiveGuard {
+    fn enter() -> LiveGuard {
+        LIVE.fetch_add(1, Ordering::SeqCst);
+        LiveGuard
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How much of a worker's stderr is kept to explain a failure.
+const STDERR_KEPT: usize = 4 << 10;
+
+/// How long a started program may take to say it is a worker.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running worker process.
+pub(crate) struct Worker {
+    child: Option<Child>,
+    to_child: mpsc::UnboundedSender<Vec<u8>>,
+    stdout: BufReader<ChildStdout>,
+    /// The start of a line whose end has not come yet: kept here, not in `next`'s future,
+    /// so that `next` can be dropped (in a `select!`) without losing what it read.
+    partial: Vec<u8>,
+    max_line: usize,
+    stderr: Arc<Mutex<String>>,
+    /// The task reading stderr, until its end is read.
+    stderr_read: Option<tokio::task::JoinHandle<()>>,
+    held: Option<(LiveGuard, OwnedSemaphorePermit)>,
+}
+
+impl Worker {
+    /// Starts `command` and waits for its hello. `max_line` bounds every line it may send.
+    pub(crate) async fn start(
+        command: &WorkerCommand,
+        slot: OwnedSemaphorePermit,
+        max_line: usize,
+    ) -> Result<Worker, String> {
+        let mut cmd = Command::new(&command.program);
+        cmd.args(&command.args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        #[cfg(unix)]
+        cmd.process_group(0);
+        let mut child = cmd.spawn().map_err(|e| {
+            format!(
+                "could not start the script worker `{}`: {e}",
+                command.program.display()
+            )
+        })?;
+        let held = Some((LiveGuard::enter(), slot));
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.start_kill();
+            return Err("the script worker's pipes were not set up".into());
+        };
+        let (to_child, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            while let Some(line) = lines.recv().await {
+                if stdin.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let kept = Arc::new(Mutex::new(String::new()));
+        let stderr_read = tokio::spawn(drain_stderr(stderr, kept.clone()));
+        let mut worker = Worker {
+            child: Some(child),
+            to_child,
+            stdout: BufReader::new(stdout),
+            partial: Vec::new(),
+            max_line,
+            stderr: kept,
+            stderr_read: Some(stderr_read),
+            held,
+        };
+        let hello = tokio::time::timeout(HELLO_TIMEOUT, worker.next()).await;
+        match hello {
+            Ok(Ok(Some(FromWorker::Hello { protocol }))) if protocol == PROTOCOL => Ok(worker),
+            Ok(Ok(Some(FromWorker::Hello { protocol }))) => Err(format!(
+                "the script worker `{}` speaks protocol {protocol}, not {PROTOCOL}: it is another \
+                 build",
+                command.program.display()
+            )),
+            Ok(Ok(None)) => {
+                let status = worker.exit_status().await;
+                Err(format!(
+                    "`{}` is not a script worker: it {} without a word{}",
+                    command.program.display(),
+                    describe(status),
+                    worker.stderr_tail().await
+                ))
+            }
+            Ok(Ok(Some(_)) | Err(_)) => Err(format!(
+                "`{}` is not a script worker: its first line is not a worker's hello (a program \
+                 that embeds run_code must call dsh_code_mode::worker_main_if_requested() first \
+                 thing in main){}",
+                command.program.display(),
+                worker.stderr_tail().await
+            )),
+            Err(_) => Err(format!(
+                "the script worker `{}` did not start within {} s",
+                command.program.display(),
+                HELLO_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    /// Sends a message (never waits: a writer task of the worker's writes it).
+    pub(crate) fn send(&self, message: &ToWorker) {
+        if let Ok(mut line) = serde_json::to_vec(message) {
+            line.push(b'\n');
+            let _ = self.to_child.send(line);
+        }
+    }
+
+    /// The next message; `None` when the worker closed its stdout (it ended). Cancel-safe:
+    /// a call dropped midway loses nothing.
+    pub(crate) async fn next(&mut self) -> Result<Option<FromWorker>, String> {
+        loop {
+            let buf = self
+                .stdout
+                .fill_buf()
+                .await
+                .map_err(|e| format!("reading the script worker's output failed: {e}"))?;
+            if buf.is_empty() {
+                return if self.partial.is_empty() {
+                    Ok(None)
+                } else {
+                    Err("the script worker's output ended in the middle of a line".into())
+                };
+            }
+            let (chunk, used) = match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (&buf[..i], i + 1),
+                None => (buf, buf.len()),
+            };
+            if self.partial.len() + chunk.len() > self.max_line {
+                return Err(format!(
+                    "the script worker sent a line longer than {} bytes",
+                    self.max_line
+                ));
+            }
+            self.partial.extend_from_slice(chunk);
+            let ended = used > chunk.len();
+            self.stdout.consume(used);
+            if ended {
+                let line = std::mem::take(&mut self.partial);
+                return serde_json::from_slice(&line).map(Some).map_err(|e| {
+                    format!("the script worker sent a line that is not its own: {e}")
+                });
+            }
+        }
+    }
+
+    /// Kills the process now (it is reaped when the worker is dropped).
+    pub(crate) fn kill(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
+
+    /// How the process ended, waiting a moment for it; `None` if it is still running.
+    pub(crate) async fn exit_status(&mut self) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        tokio::time::timeout(Duration::from_secs(1), child.wait())
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// What the worker wrote to stderr, as the end of a message: all of it (up to what is
+    /// kept) once the worker has ended, waiting a moment for the last of it.
+    pub(crate) async fn stderr_tail(&mut self) -> String {
+        if let Some(read) = self.stderr_read.take() {
+            let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
+        }
+        let kept = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = kept.trim();
+        if kept.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr says: {kept}")
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // Done or not, it ends now: a worker that answered is exiting anyway.
+        let _ = child.start_kill();
+        let held = self.held.take();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = child.wait().await;
+                    drop(held);
+                });
+            }
+            // No runtime to wait in: the kill is sent, and tokio reaps orphans.
+            Err(_) => drop(held),
+        }
+    }
+}
+
+/// Reads a worker's stderr to its end (so the worker never blocks on it), keeping its start.
+async fn drain_stderr(mut stderr: tokio::process::ChildStderr, kept: Arc<Mutex<String>>) {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let text = String::from_utf8_lossy(&buf[..n]);
+                tracing::debug!(target: "dsh_code_mode::worker", "{}", text.trim_end());
+                let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                let room = STDERR_KEPT.saturating_sub(kept.len());
+                if room > 0 {
+                    kept.push_str(dsh_core::content::truncate_at_char_boundary(&text, room));
+                }
+            }
+        }
+    }
+}
+
+/// "exited with status 2", "was killed by signal 9".
+pub(crate) fn describe(status: Option<ExitStatus>) -> String {
+    let Some(status) = status else {
+        return "did not end".into();
+    };
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal}");
+        }
+    }
+    "ended".into()
+}
