@@ -18,6 +18,7 @@
 )]
 
 pub mod around;
+pub mod command_words;
 pub mod content;
 pub mod dispatcher;
 pub mod error;
@@ -44,6 +45,6 @@ pub use registry::{RegisteredTool, ToolRegistry};
 pub use result::{DeferredMessage, FrozenResult, ToolError};
 pub use signal::{CancelHandle, CancelReason, Signal};
 pub use tool::{
-    Arguments, ExecutionMode, RetryPolicy, ToolCall, ToolContext, ToolDefinition,
-    ToolExecutionInput, ToolFailure,
+    Arguments, ExecutionMode, PartialOutput, RetryPolicy, SubjectKind, ToolCall, ToolContext,
+    ToolDefinition, ToolExecutionInput, ToolFailure,
 };

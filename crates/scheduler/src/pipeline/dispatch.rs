@@ -103,6 +103,7 @@ impl BodyLeaf<'_> {
             signal: signal.clone(),
             attempt: req.attempt,
             dispatcher: self.dispatcher.clone(),
+            partial: self.track.partial.clone(),
         };
         let definition = self.tool.definition().clone();
         let arguments = req.arguments;
@@ -168,7 +169,12 @@ pub(super) async fn run(
             let interrupt = failure.code == ErrorCode::ToolTimeout
                 || (failure.code == ErrorCode::Aborted && input.signal.is_cancelled());
             if interrupt || leaf.returned(&failure) {
-                return Err(Candidate::failed(failure.code, failure.message));
+                let mut failure = failure;
+                if interrupt && failure.content.is_none() {
+                    // Cut before it answered: what it published so far still shows.
+                    failure.content = track.partial_content(&failure.message);
+                }
+                return Err(Candidate::from_failure(failure));
             }
             return Err(Candidate::failed(
                 ErrorCode::PipelineError,
@@ -200,8 +206,14 @@ pub(super) async fn run(
         ));
     }
     let definition = tool.definition();
-    match std::panic::catch_unwind(AssertUnwindSafe(|| definition.present(&value))) {
-        Ok(content) => Ok(Candidate::success(value, content)),
+    match std::panic::catch_unwind(AssertUnwindSafe(|| {
+        (definition.present(&value), definition.result_meta(&value))
+    })) {
+        Ok((content, meta)) => {
+            let mut candidate = Candidate::success(value, content);
+            candidate.meta = meta;
+            Ok(candidate)
+        }
         Err(payload) => Err(Candidate::failed(
             ErrorCode::ToolError,
             format!(

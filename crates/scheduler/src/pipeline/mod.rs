@@ -34,8 +34,8 @@ mod pre_execute;
 use crate::pipeline::candidate::Candidate;
 use crate::telemetry;
 use dsh_core::{
-    ApprovalResponder, Arguments, ErrorCode, FrozenResult, Hooks, RegisteredTool,
-    SubCallDispatcher, ToolExecutionInput, ToolRegistry,
+    ApprovalResponder, Arguments, ContentBlock, ErrorCode, FrozenResult, Hooks, PartialOutput,
+    RegisteredTool, SubCallDispatcher, ToolExecutionInput, ToolRegistry,
 };
 use dsh_guards::GuardSet;
 use serde_json::Value;
@@ -99,6 +99,8 @@ impl fmt::Debug for Pipeline {
 #[derive(Debug, Default)]
 pub(crate) struct CallTrack {
     body_started: AtomicBool,
+    /// What the body published of its output so far (see `PartialOutput`).
+    pub(crate) partial: PartialOutput,
 }
 
 impl CallTrack {
@@ -108,6 +110,17 @@ impl CallTrack {
 
     pub(crate) fn body_started(&self) -> bool {
         self.body_started.load(Ordering::SeqCst)
+    }
+
+    /// `message` followed by the body's output so far, when it published some.
+    pub(crate) fn partial_content(&self, message: &str) -> Option<Vec<ContentBlock>> {
+        if !self.body_started() {
+            return None;
+        }
+        let partial = self.partial.snapshot()?;
+        let mut content = vec![ContentBlock::text(message)];
+        content.extend(partial);
+        Some(content)
     }
 }
 
@@ -215,10 +228,12 @@ impl Pipeline {
             .await;
         if let Some(reason) = input.signal.reason() {
             // Body started: even a success is replaced by ABORTED.
-            return Err(Candidate::failed(
-                ErrorCode::Aborted,
-                format!("the call was cancelled while it ran: {reason}"),
-            ));
+            let message = format!("the call was cancelled while it ran: {reason}");
+            let mut aborted = Candidate::failed(ErrorCode::Aborted, message.clone());
+            if let Some(content) = track.partial_content(&message) {
+                aborted.content = content;
+            }
+            return Err(aborted);
         }
         Ok((tool, arguments, outcome?))
     }
