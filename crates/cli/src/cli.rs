@@ -125,9 +125,22 @@ pub struct PipelineOptions {
     /// groups, `none` leaves it to the OS.
     #[arg(long, value_enum, default_value_t = DurabilityArg::Batch, value_name = "MODE")]
     pub durability: DurabilityArg,
-    /// Refuse every change to the workspace: write_file, edit_file and apply_patch are denied.
+    /// Refuse every change to the workspace: write_file, edit_file and apply_patch are denied,
+    /// and `shell` commands run in the `read-only` sandbox.
     #[arg(long)]
     pub read_only: bool,
+    /// The `shell` tool's OS sandbox: `workspace-write` (write only the workspace, but
+    /// `.git/hooks`, `.git/config` and dsh's own files, and a private temp folder),
+    /// `read-only` (write nothing), or `full` (no sandbox: only if you mean it).
+    #[arg(long, value_enum, default_value_t = ShellSandboxArg::WorkspaceWrite, value_name = "MODE")]
+    pub shell_sandbox: ShellSandboxArg,
+    /// Let `shell` commands use the network (off by default).
+    #[arg(long)]
+    pub shell_network: bool,
+    /// Where the `shell` tool saves output too long to show (default `.dsh/spill` in the
+    /// workspace, where `read_file` can read it; commands cannot write there).
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
     /// The deadline of a tool that does not set its own, in milliseconds.
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub timeout_ms: u64,
@@ -183,6 +196,17 @@ pub struct DemoArgs {
     pub dir: Option<PathBuf>,
     #[command(flatten)]
     pub options: PipelineOptions,
+}
+
+/// `--shell-sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShellSandboxArg {
+    /// Write nothing.
+    ReadOnly,
+    /// Write only the workspace (the default).
+    WorkspaceWrite,
+    /// No sandbox.
+    Full,
 }
 
 /// `--approve`.

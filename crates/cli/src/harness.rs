@@ -14,6 +14,7 @@ use dsh_mcp::{McpServers, McpToolSource};
 use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
 use dsh_session::SessionLog;
 use dsh_tool_fs::FsToolset;
+use dsh_tool_shell::{SandboxConfig, SandboxMode, ShellConfig, ShellTool};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -133,6 +134,13 @@ pub async fn start(
         toolset.shutdown().await;
         return Err(CliError::Start(format!("registering run_code: {e}")));
     }
+    let spill_dir = match register_shell(&registry, &root, log_path, options) {
+        Ok(dir) => dir,
+        Err(e) => {
+            toolset.shutdown().await;
+            return Err(e);
+        }
+    };
     let mcp = match servers {
         Some(servers) => match start_mcp(servers, &registry).await {
             Ok(source) => Some(source),
@@ -147,6 +155,9 @@ pub async fn start(
     let mut hooks = Hooks::new();
     // The sandbox runs first: nothing outside the workspace is even put to the rules.
     hooks.pre_execute_arc(toolset.sandbox());
+    if let Some(rules) = spill_rules(&root, &spill_dir) {
+        hooks.pre_execute(rules);
+    }
     // Command hooks before the rules, so that an input a hook rewrites is what the rules see.
     if let Some(command_hooks) = &command_hooks {
         command_hooks.install(&mut hooks);
@@ -217,6 +228,69 @@ pub async fn start(
         mcp,
         log_path: log_path.to_path_buf(),
     })
+}
+
+/// The `shell` tool: its sandbox mode from `--shell-sandbox` (`--read-only` wins), and dsh's
+/// own files (the log, the policy, the hook settings and the folder of their scripts, the MCP
+/// config) kept read-only to every command.
+fn register_shell(
+    registry: &ToolRegistry,
+    root: &Path,
+    log_path: &Path,
+    options: &PipelineOptions,
+) -> Result<PathBuf, CliError> {
+    let mode = match (options.read_only, options.shell_sandbox) {
+        (true, _) | (false, crate::cli::ShellSandboxArg::ReadOnly) => SandboxMode::ReadOnly,
+        (false, crate::cli::ShellSandboxArg::WorkspaceWrite) => SandboxMode::WorkspaceWrite,
+        (false, crate::cli::ShellSandboxArg::Full) => SandboxMode::Full,
+    };
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut sandbox = SandboxConfig::new(mode)
+        .with_network(options.shell_network)
+        .read_only_path(absolute(log_path));
+    for file in [&options.policy, &options.mcp].into_iter().flatten() {
+        sandbox = sandbox.read_only_path(absolute(file));
+    }
+    if let Some(hooks) = &options.hooks {
+        let hooks = absolute(hooks);
+        if let Some(dir) = hooks.parent() {
+            sandbox = sandbox.read_only_path(dir);
+        }
+        sandbox = sandbox.read_only_path(hooks);
+    }
+    let mut config = ShellConfig::new(root).sandbox(sandbox);
+    if let Some(dir) = &options.spill_dir {
+        config = config.spill_dir(absolute(dir));
+    }
+    let tool =
+        ShellTool::new(config).map_err(|e| CliError::Start(format!("the shell tool: {e}")))?;
+    let spill_dir = tool.spill_dir().to_path_buf();
+    registry
+        .register(tool)
+        .map_err(|e| CliError::Start(format!("registering shell: {e}")))?;
+    Ok(spill_dir)
+}
+
+/// The spill folder is readable by `read_file` and writable by no tool: the file tools'
+/// writes there are denied (commands cannot write it either: it is read-only in their
+/// sandbox).
+fn spill_rules(root: &Path, spill_dir: &Path) -> Option<PermissionRules> {
+    let rel = spill_dir.strip_prefix(root).ok()?.to_str()?;
+    let mut rules = PermissionRules::default();
+    // `DIR/**` has a `/`, so it is anchored at the root; `DIR` itself only when it has one too
+    // (a bare name would match that name at any depth).
+    let mut patterns = vec![format!("{rel}/**")];
+    if rel.contains('/') {
+        patterns.push(rel.to_string());
+    }
+    for tool in ["write_file", "edit_file", "apply_patch"] {
+        for pattern in &patterns {
+            if let Ok(rule) = dsh_guards::Rule::parse(&format!("{tool}({pattern})")) {
+                rules.add(dsh_guards::RuleClass::Deny, rule);
+            }
+        }
+    }
+    Some(rules.with_root(root))
 }
 
 /// Starts the `--mcp` servers and registers their tools.

@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::AsyncWriteExt;
 
 /// The spill folder of one tool (one session).
@@ -14,7 +13,6 @@ pub(crate) struct SpillDir {
     dir: PathBuf,
     keep_calls: usize,
     history: Mutex<VecDeque<Vec<PathBuf>>>,
-    counter: AtomicU64,
 }
 
 /// A stream being spilled.
@@ -50,7 +48,6 @@ impl SpillDir {
             dir,
             keep_calls,
             history: Mutex::new(VecDeque::new()),
-            counter: AtomicU64::new(0),
         }
     }
 
@@ -58,17 +55,32 @@ impl SpillDir {
         &self.dir
     }
 
-    /// A new file for one stream of a call.
+    /// A new file for one stream of a call: `CALL.STREAM.txt` (the model can name it in a
+    /// later call), or `CALL-N.STREAM.txt` when that name is taken.
     pub(crate) async fn open(&self, call_id: &str, stream: &str, cap: u64) -> SpillFile {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let pid = std::process::id();
-        let path = self
-            .dir
-            .join(format!("{}-{pid}-{n}.{stream}.txt", safe_name(call_id)));
-        let file = match tokio::fs::create_dir_all(&self.dir).await {
-            Ok(()) => tokio::fs::File::create(&path).await.ok(),
-            Err(_) => None,
-        };
+        let name = safe_name(call_id);
+        let mut file = None;
+        let mut path = self.dir.join(format!("{name}.{stream}.txt"));
+        if tokio::fs::create_dir_all(&self.dir).await.is_ok() {
+            for n in 1..1000u32 {
+                if n > 1 {
+                    path = self.dir.join(format!("{name}-{n}.{stream}.txt"));
+                }
+                match tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .await
+                {
+                    Ok(f) => {
+                        file = Some(f);
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(_) => break,
+                }
+            }
+        }
         if file.is_none() {
             tracing::warn!(path = %path.display(), "the spill file could not be created");
         }
