@@ -29,6 +29,20 @@ pub(crate) struct Rules<'a> {
     pub network_off: bool,
 }
 
+/// Whether this kernel's Landlock can scope abstract Unix sockets (ABI 6): then a command
+/// with the network off cannot reach a listener outside its sandbox without a network
+/// namespace, which costs more to create than the rest of the sandbox.
+pub(crate) fn scopes_abstract_sockets() -> bool {
+    static SCOPES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SCOPES.get_or_init(|| {
+        Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .scope(Scope::AbstractUnixSocket)
+            .and_then(|r| r.create())
+            .is_ok()
+    })
+}
+
 /// Builds the ruleset and answers its descriptor, or why Landlock cannot be used.
 pub(crate) fn ruleset(rules: &Rules<'_>) -> Result<OwnedFd, String> {
     let err = |e: landlock::RulesetError| format!("Landlock: {e}");

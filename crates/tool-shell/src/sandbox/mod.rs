@@ -12,8 +12,10 @@
 //!   TCP and no abstract Unix socket outside; signals only inside. Landlock grants whole
 //!   subtrees, which is why the mounts carry the exceptions inside the workspace.
 //!
-//! With the network off, a network namespace (no interface but a down loopback) and a seccomp
-//! filter (`seccomp.rs`) are added. The command also loses every capability and gets
+//! With the network off, a seccomp filter (`seccomp.rs`: no socket but AF_UNIX, no io_uring,
+//! no ptrace) and Landlock's TCP rules and abstract-socket scope are added; on a kernel whose
+//! Landlock cannot scope abstract sockets, a network namespace (no interface but a down
+//! loopback) as well. The command also loses every capability and gets
 //! `no_new_privs`. Anything that cannot be set up makes the call `DENIED`, never unsandboxed.
 
 mod landlock;
@@ -204,7 +206,7 @@ pub(crate) fn prepare(
     } else {
         vec![network_filter()?]
     };
-    // SAFETY-free ids: the command keeps its own uid and gid inside the user namespace.
+    // The command keeps its own uid and gid inside the user namespace.
     let uid = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
         .map_err(|e| format!("/proc is not readable: {e}"))?;
@@ -212,7 +214,9 @@ pub(crate) fn prepare(
         .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
         .map_err(|e| format!("/proc is not readable: {e}"))?;
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
-    if !config.network {
+    if !config.network && !landlock::scopes_abstract_sockets() {
+        // Without Landlock's scoping, only a network namespace keeps abstract Unix sockets
+        // (and anything the seccomp filter might miss) inside.
         flags |= libc::CLONE_NEWNET;
     }
     Ok(Prepared {
