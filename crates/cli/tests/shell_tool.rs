@@ -1,6 +1,7 @@
 //! The `shell` tool through `dsh run`: the example transcript (build, test, refused writes, a
 //! spilled output read back, a timeout) with `dsh check` passing on its log; `--read-only`
 //! and `--shell-sandbox`; and test 10: SIGKILL of `dsh run` leaves no process of the command.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

@@ -628,7 +628,7 @@ impl ToolDefinition for ShellTool {
         let mut report = Report {
             exit_code,
             signal,
-            timed_out: ending.timed_out.then(|| timeout.as_millis() as u64),
+            timed_out: ending.timed_out.then_some(timeout.as_millis() as u64),
             stdout: render_stream(&stdout),
             stderr: render_stream(&stderr),
             spill: spilled,

@@ -1,4 +1,5 @@
 //! Test 9: secret-looking variables and loader variables do not reach the command.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

@@ -1,4 +1,5 @@
 //! Test 8: the exit code, a death by signal, and a timeout are what the model reads.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! Test 1 and 2: after a timeout, after a cancel, and after the command exits, no descendant
 //! survives (background jobs, `setsid`, double forks, `nohup`, found by scanning /proc for a
 //! marker); and a grandchild holding stdout open does not hold the call.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

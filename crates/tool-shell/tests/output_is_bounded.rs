@@ -1,5 +1,6 @@
 //! Tests 6 and 7: a flood keeps dsh's memory flat and reports what it omitted; `cat` with no
 //! input returns at once; a cut output is spilled whole to a file.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

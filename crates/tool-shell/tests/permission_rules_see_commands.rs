@@ -1,5 +1,6 @@
 //! Test 12: permission rules match the command's simple commands as word prefixes, not as
 //! paths; allow must cover every simple command, deny matches any; quoting does not dodge.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

@@ -1,5 +1,6 @@
 //! Test 5: `no_new_privs` is set, no capability is left, and a process outside the sandbox
 //! cannot be signalled.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

@@ -1,6 +1,7 @@
 //! The shell's results as the pipeline records them: a timeout is `TOOL_TIMEOUT` carrying the
 //! output so far (the tool owns its deadline; the wrapper does not cut it), a cancel is
 //! `ABORTED` with the output so far, and the meta says how the command was isolated.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use dsh_core::around::TimeoutLayer;

@@ -2,6 +2,7 @@
 //! through a symlink pointing out, and by renaming directories fail; a path a rule denies
 //! reading cannot be read; the workspace can be read (and, in `workspace-write`, written);
 //! `read-only` refuses every write.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

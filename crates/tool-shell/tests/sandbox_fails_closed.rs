@@ -1,5 +1,6 @@
 //! Test 11: where the sandbox cannot be set up (here: a kernel without Landlock, simulated),
 //! the call is `DENIED` naming what is missing, and the command does not run.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
 use common::*;

@@ -160,14 +160,13 @@ impl Running {
                         }
                         Some(Record::Fallback(errno)) => self.fallback = Some(errno),
                         Some(Record::Exit(status)) => ending.status = Some(status),
-                        Some(Record::Leftovers) => {
-                            if !stopping {
-                                // Whatever it left running goes the same way.
-                                ending.killed_leftovers = true;
-                                self.send(b'T');
-                                kill_at = Some(Instant::now() + self.grace);
-                            }
+                        Some(Record::Leftovers) if !stopping => {
+                            // Whatever it left running goes the same way.
+                            ending.killed_leftovers = true;
+                            self.send(b'T');
+                            kill_at = Some(Instant::now() + self.grace);
                         }
+                        Some(Record::Leftovers) => {}
                         None => {}
                     }
                 }
