@@ -154,13 +154,9 @@ mod tests {
         }
         assert!(!kept[0].exists(), "older than the last two");
         assert!(kept[1].exists() && kept[2].exists());
-        assert!(
-            kept[2]
-                .file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .starts_with("c_2-")
-        );
+        assert_eq!(kept[2].file_name().unwrap(), "c_2.stdout.txt");
+        let again = spill.open("c/2", "stdout", 4).await;
+        let (again, _) = again.close().await.unwrap();
+        assert_eq!(again.file_name().unwrap(), "c_2-2.stdout.txt", "a taken name");
     }
 }
