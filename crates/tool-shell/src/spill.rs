@@ -157,6 +157,10 @@ mod tests {
         assert_eq!(kept[2].file_name().unwrap(), "c_2.stdout.txt");
         let again = spill.open("c/2", "stdout", 4).await;
         let (again, _) = again.close().await.unwrap();
-        assert_eq!(again.file_name().unwrap(), "c_2-2.stdout.txt", "a taken name");
+        assert_eq!(
+            again.file_name().unwrap(),
+            "c_2-2.stdout.txt",
+            "a taken name"
+        );
     }
 }
