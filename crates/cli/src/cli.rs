@@ -111,7 +111,9 @@ pub struct RunArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PipelineOptions {
     /// Permission rules in TOML: top-level `allow`, `ask` and `deny` lists of `tool` or
-    /// `tool(glob)` rules. Deny beats ask beats allow; unmatched calls are allowed.
+    /// `tool(glob)` rules (`shell(git status*)`: commands starting with those words). Deny
+    /// beats ask beats allow; unmatched calls get `default = "allow" | "ask" | "deny"`
+    /// (allow unless set).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// How `ask` decisions are answered: `prompt` asks on the terminal (and denies when there
