@@ -192,9 +192,11 @@ impl Running {
         self.control = None;
         self.done = true;
         reap(self.keeper).await;
-        match (setup, ending.status) {
-            (Some(error), None) => Err(error),
-            _ => Ok(ending),
+        // A setup failure means the command never reached exec, whatever status the process
+        // that failed then exited with.
+        match setup {
+            Some(error) => Err(error),
+            None => Ok(ending),
         }
     }
 }
