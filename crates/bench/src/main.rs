@@ -8,6 +8,7 @@ mod fs_bench;
 mod pipeline_bench;
 mod report;
 mod session_bench;
+mod shell_bench;
 
 /// One scenario benchmark.
 pub struct Bench {
@@ -20,11 +21,12 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 4] = [
+    let lists: [&'static [Bench]; 5] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
         code_bench::BENCHES,
+        shell_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }

@@ -114,7 +114,9 @@ pub struct RunArgs {
 #[derive(Debug, Clone, Args)]
 pub struct PipelineOptions {
     /// Permission rules in TOML: top-level `allow`, `ask` and `deny` lists of `tool` or
-    /// `tool(glob)` rules. Deny beats ask beats allow; unmatched calls are allowed.
+    /// `tool(glob)` rules (`shell(git status*)`: commands starting with those words). Deny
+    /// beats ask beats allow; unmatched calls get `default = "allow" | "ask" | "deny"`
+    /// (allow unless set).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// How `ask` decisions are answered: `prompt` asks on the terminal (and denies when there
@@ -129,12 +131,28 @@ pub struct PipelineOptions {
     #[arg(long, value_enum, default_value_t = DurabilityArg::Batch, value_name = "MODE")]
     pub durability: DurabilityArg,
     /// Refuse every change to the workspace: write_file, edit_file and apply_patch are denied,
-    /// and so is every MCP tool its server does not mark read-only (`readOnlyHint`).
+    /// every MCP tool its server does not mark read-only (`readOnlyHint`) is denied, and
+    /// `shell` commands run in the `read-only` sandbox.
     #[arg(long)]
     pub read_only: bool,
-    /// The deadline of a tool that does not set its own, in milliseconds.
-    #[arg(long, default_value_t = 30_000, value_name = "MS")]
-    pub timeout_ms: u64,
+    /// The `shell` tool's OS sandbox: `workspace-write` (write only the workspace, but
+    /// `.git/hooks`, `.git/config` and dsh's own files, and a private temp folder),
+    /// `read-only` (write nothing), or `full` (no sandbox: only if you mean it).
+    #[arg(long, value_enum, default_value_t = ShellSandboxArg::WorkspaceWrite, value_name = "MODE")]
+    pub shell_sandbox: ShellSandboxArg,
+    /// Let `shell` commands use the network (off by default).
+    #[arg(long)]
+    pub shell_network: bool,
+    /// Where the `shell` tool saves output too long to show (default `.dsh/spill` in the
+    /// workspace, where `read_file` can read it; commands cannot write there).
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+    /// Caps every tool's deadline, in milliseconds: a tool runs at most the smaller of its
+    /// own timeout and this. Without it, each tool keeps its own timeout (run_code 60 s, shell
+    /// its `timeout_ms` argument or 120 s, an MCP server's `timeout` or 60 s) and tools
+    /// without one get 30 s.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_ms: Option<u64>,
     /// MCP servers to start, in the shape other harnesses use:
     /// `{"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}}` (stdio
     /// servers; `timeout` in milliseconds; `cwd` defaults to the workspace). Their tools are
@@ -187,6 +205,17 @@ pub struct DemoArgs {
     pub dir: Option<PathBuf>,
     #[command(flatten)]
     pub options: PipelineOptions,
+}
+
+/// `--shell-sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShellSandboxArg {
+    /// Write nothing.
+    ReadOnly,
+    /// Write only the workspace (the default).
+    WorkspaceWrite,
+    /// No sandbox.
+    Full,
 }
 
 /// `--approve`.

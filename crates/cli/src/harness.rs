@@ -14,6 +14,7 @@ use dsh_mcp::{McpOptions, McpServers, McpToolSource};
 use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
 use dsh_session::SessionLog;
 use dsh_tool_fs::FsToolset;
+use dsh_tool_shell::{SandboxConfig, SandboxMode, ShellConfig, ShellLimits, ShellTool};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -71,7 +72,13 @@ fn permission_rules(file: &Path, root: &Path) -> Result<PermissionRules, CliErro
         .map_err(|e| CliError::Usage(format!("policy file {}: {e}", file.display())))
 }
 
-fn command_hooks(file: &Path, root: &Path, log_path: &Path) -> Result<CommandHooks, CliError> {
+/// The `--hooks` command hooks, and the script files their commands name (dsh's own files:
+/// no tool may write them).
+fn command_hooks(
+    file: &Path,
+    root: &Path,
+    log_path: &Path,
+) -> Result<(CommandHooks, Vec<PathBuf>), CliError> {
     let text =
         std::fs::read_to_string(file).map_err(|e| CliError::io("read the hooks file", file, e))?;
     let settings = HookSettings::from_json(&text)
@@ -83,11 +90,13 @@ fn command_hooks(file: &Path, root: &Path, log_path: &Path) -> Result<CommandHoo
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "dsh".into());
-    Ok(CommandHooks::new(settings, root)
+    let scripts = settings.script_paths(root);
+    let hooks = CommandHooks::new(settings, root)
         .with_session_id(session_id)
         .with_transcript_path(log)
         // A hook that failed or gave an answer dsh could not read is said on stderr.
-        .with_warnings(Arc::new(|line: &str| note(line))))
+        .with_warnings(Arc::new(|line: &str| note(line)));
+    Ok((hooks, scripts))
 }
 
 fn mcp_servers(file: &Path, root: &Path) -> Result<McpServers, CliError> {
@@ -98,7 +107,44 @@ fn mcp_servers(file: &Path, root: &Path) -> Result<McpServers, CliError> {
         .map_err(|e| CliError::Usage(format!("MCP config {}: {e}", file.display())))
 }
 
+/// dsh's own files: no tool may write them whatever the rules say, and `shell` commands see
+/// them read-only. The tools check each resolved target, so a symlink or a hard link to one is
+/// refused too.
+#[derive(Debug, Default)]
+struct OwnFiles(Vec<PathBuf>);
+
+impl OwnFiles {
+    fn add(&mut self, path: &Path) {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        if !self.0.contains(&path) {
+            self.0.push(path);
+        }
+    }
+}
+
+/// What `start` built before the session: stopped in reverse if a later part fails.
+struct Parts {
+    toolset: FsToolset,
+    mcp: Option<McpToolSource>,
+    log: Option<SessionLog>,
+}
+
+impl Parts {
+    async fn stop(self) {
+        if let Some(log) = self.log {
+            let _ = log.close().await;
+        }
+        stop_tools(&self.toolset, self.mcp.as_ref()).await;
+    }
+}
+
 /// Builds the pipeline and opens (recovering, if it exists) the log.
+///
+/// The order matters: the log is opened (its lock taken, a crash's leftovers recovered)
+/// before any `--mcp` server starts, so a second `dsh` on the same log starts nothing; a
+/// server is started only if some of its tools may run under the policy; and every file that
+/// sets up the run (the log, the policy, the hook settings and the scripts they name, the MCP
+/// config and the server commands it names, the spill folder) is protected.
 pub async fn start(
     workspace: &Path,
     log_path: &Path,
@@ -110,12 +156,41 @@ pub async fn start(
         Some(file) => Some(permission_rules(file, &root)?),
         None => None,
     };
+    let mut own = OwnFiles::default();
+    own.add(log_path);
+    for file in [&options.policy, &options.hooks, &options.mcp]
+        .into_iter()
+        .flatten()
+    {
+        own.add(file);
+    }
     let command_hooks = match &options.hooks {
-        Some(file) => Some(command_hooks(file, &root, log_path)?),
+        Some(file) => {
+            let (hooks, scripts) = command_hooks(file, &root, log_path)?;
+            scripts.iter().for_each(|p| own.add(p));
+            Some(hooks)
+        }
         None => None,
     };
     let servers = match &options.mcp {
-        Some(file) => Some(mcp_servers(file, &root)?),
+        Some(file) => {
+            let mut servers = mcp_servers(file, &root)?;
+            if let Some(rules) = &rules {
+                servers.retain(|server| {
+                    let prefix = format!("mcp__{}__", server.name);
+                    let runs = !rules.denies_every_tool_with_prefix(&prefix);
+                    if !runs {
+                        note(format!(
+                            "MCP server `{}` not started: the policy denies every one of its tools",
+                            server.name
+                        ));
+                    }
+                    runs
+                });
+            }
+            servers.command_paths().iter().for_each(|p| own.add(p));
+            Some(servers)
+        }
         None => None,
     };
 
@@ -125,35 +200,49 @@ pub async fn start(
         .build()
         .await
         .map_err(|e| CliError::Start(format!("the file tools: {e}")))?;
-    if let Err(e) = toolset.register(&registry) {
-        toolset.shutdown().await;
+    let mut parts = Parts {
+        toolset,
+        mcp: None,
+        log: None,
+    };
+    match register_builtins(&registry, &root, &own, rules.as_ref(), options) {
+        Ok(spill_dir) => own.add(&spill_dir),
+        Err(e) => {
+            parts.stop().await;
+            return Err(e);
+        }
+    }
+    if let Err(e) = parts.toolset.register(&registry) {
+        parts.stop().await;
         return Err(CliError::Start(format!("registering the file tools: {e}")));
     }
-    // Code mode: its sub-calls pass the same sandbox, hooks, rules, approval and wrappers.
-    let limits = dsh_code_mode::CodeLimits {
-        timeout: std::time::Duration::from_millis(options.timeout_ms),
-        ..Default::default()
+
+    // The log before the servers: its lock says whether this run may go on at all.
+    let recovery = match SessionLog::open_file(log_path, options.durability.into(), None).await {
+        Ok((log, recovery)) => {
+            parts.log = Some(log);
+            recovery
+        }
+        Err(e) => {
+            parts.stop().await;
+            return Err(CliError::log(log_path, e));
+        }
     };
-    if let Err(e) = registry.register(dsh_code_mode::RunCode::new(limits)) {
-        toolset.shutdown().await;
-        return Err(CliError::Start(format!("registering run_code: {e}")));
-    }
-    let mcp = match servers {
-        Some(servers) => match start_mcp(servers, &registry, options.read_only).await {
-            Ok(source) => Some(source),
+    if let Some(servers) = servers {
+        match start_mcp(servers, &registry, options.read_only).await {
+            Ok(source) => parts.mcp = Some(source),
             Err(e) => {
-                toolset.shutdown().await;
+                parts.stop().await;
                 return Err(e);
             }
-        },
-        None => None,
-    };
+        }
+    }
 
     let mut hooks = Hooks::new();
     // The sandbox runs first: nothing outside the workspace is even put to the rules.
-    hooks.pre_execute_arc(toolset.sandbox());
+    hooks.pre_execute_arc(parts.toolset.sandbox());
     // Read-only mode also holds for MCP tools: only those marked read-only run.
-    if let Some(policy) = mcp.as_ref().and_then(McpToolSource::read_only_policy) {
+    if let Some(policy) = parts.mcp.as_ref().and_then(McpToolSource::read_only_policy) {
         hooks.pre_execute(policy);
     }
     // Command hooks before the rules, so that an input a hook rewrites is what the rules see.
@@ -166,30 +255,30 @@ pub async fn start(
     hooks.around(MetricsLayer::default());
     hooks.around(RetryLayer);
 
-    // The harness installs the timeout innermost (each retry gets its own deadline).
-    let harness = match protect_own_files(HarnessBuilder::new(registry), log_path, options)
+    // The harness installs the timeout innermost (each retry gets its own deadline). With
+    // `--timeout-ms` it caps every tool; without it, each tool keeps its own timeout and the
+    // ones without get the default.
+    let timeout = match options.timeout_ms {
+        Some(ms) => TimeoutLayer::default().with_default_ms(ms).with_cap_ms(ms),
+        None => TimeoutLayer::default().with_default_ms(DEFAULT_TIMEOUT_MS),
+    };
+    let mut builder = HarnessBuilder::new(registry);
+    for file in &own.0 {
+        builder = builder.protect(file);
+    }
+    let harness = match builder
         .hooks(hooks)
-        .timeout(TimeoutLayer::default().with_default_ms(options.timeout_ms))
+        .timeout(timeout)
         .approval(approve::responder(options.approve, stdin_free))
         .build()
         .await
     {
         Ok(h) => h,
         Err(e) => {
-            stop_tools(&toolset, mcp.as_ref()).await;
+            parts.stop().await;
             return Err(CliError::Start(e.to_string()));
         }
     };
-
-    let (log, recovery) =
-        match SessionLog::open_file(log_path, options.durability.into(), None).await {
-            Ok(pair) => pair,
-            Err(e) => {
-                harness.shutdown().await;
-                stop_tools(&toolset, mcp.as_ref()).await;
-                return Err(CliError::log(log_path, e));
-            }
-        };
     if recovery.repaired() {
         note(format!(
             "recovered {}: {}",
@@ -210,43 +299,105 @@ pub async fn start(
         first_step: recovery.next_step,
         ..SchedulerConfig::default()
     };
-    let session = match harness.open(log.clone(), config, None).await {
+    let Some(log) = parts.log.clone() else {
+        parts.stop().await;
+        return Err(CliError::Start("the log was not opened".into()));
+    };
+    let session = match harness.open(log, config, None).await {
         Ok(s) => s,
         Err(e) => {
-            let _ = log.close().await;
             harness.shutdown().await;
-            stop_tools(&toolset, mcp.as_ref()).await;
+            parts.stop().await;
             return Err(CliError::Start(e.to_string()));
         }
     };
     Ok(Running {
         harness,
         session,
-        toolset,
-        mcp,
+        toolset: parts.toolset,
+        mcp: parts.mcp,
         log_path: log_path.to_path_buf(),
         hooks: command_hooks,
     })
 }
 
-/// dsh's own files, which no tool may write whatever the rules say (the tools check each
-/// resolved target, so a symlink or hard link to one is refused too): the log (even when it
-/// lies inside the workspace), and the files that set up this run.
-fn protect_own_files(
-    builder: HarnessBuilder,
-    log_path: &Path,
+/// The deadline of a tool that has none of its own, when `--timeout-ms` is not given.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+/// `run_code` and `shell` (the file tools register with their toolset). Answers the shell's
+/// spill folder, one more of dsh's own files.
+fn register_builtins(
+    registry: &ToolRegistry,
+    root: &Path,
+    own: &OwnFiles,
+    rules: Option<&PermissionRules>,
     options: &PipelineOptions,
-) -> HarnessBuilder {
-    let mut builder = builder.protect(log_path);
-    for file in [&options.policy, &options.hooks, &options.mcp]
-        .into_iter()
-        .flatten()
-    {
-        builder = builder.protect(file);
+) -> Result<PathBuf, CliError> {
+    // Code mode: its sub-calls pass the same sandbox, hooks, rules, approval and wrappers.
+    let mut limits = dsh_code_mode::CodeLimits::default();
+    if let Some(ms) = options.timeout_ms {
+        limits.timeout = limits.timeout.min(std::time::Duration::from_millis(ms));
     }
-    // Still to protect here: the hook scripts the `--hooks` settings name, and the commands
-    // of the `--mcp` servers.
-    builder
+    registry
+        .register(dsh_code_mode::RunCode::new(limits))
+        .map_err(|e| CliError::Start(format!("registering run_code: {e}")))?;
+    register_shell(registry, root, own, rules, options)
+}
+
+/// The `shell` tool: its sandbox mode from `--shell-sandbox` (`--read-only` wins). The
+/// policy binds it through the sandbox: dsh's own files inside the workspace, and the paths
+/// the rules keep `write_file` from writing, are read-only to every command; the paths the
+/// rules keep `read_file` from reading are hidden.
+fn register_shell(
+    registry: &ToolRegistry,
+    root: &Path,
+    own: &OwnFiles,
+    rules: Option<&PermissionRules>,
+    options: &PipelineOptions,
+) -> Result<PathBuf, CliError> {
+    let mode = match (options.read_only, options.shell_sandbox) {
+        (true, _) | (false, crate::cli::ShellSandboxArg::ReadOnly) => SandboxMode::ReadOnly,
+        (false, crate::cli::ShellSandboxArg::WorkspaceWrite) => SandboxMode::WorkspaceWrite,
+        (false, crate::cli::ShellSandboxArg::Full) => SandboxMode::Full,
+    };
+    let mut sandbox = SandboxConfig::new(mode).with_network(options.shell_network);
+    // Outside the workspace Landlock already keeps every command from writing.
+    for file in &own.0 {
+        let file = file.canonicalize().unwrap_or_else(|_| file.clone());
+        if file.starts_with(root) {
+            sandbox = sandbox.read_only_path(file);
+        }
+    }
+    if let Some(rules) = rules {
+        let (read_only, hidden) = crate::policy_paths::classify(root, rules)?;
+        for path in read_only {
+            sandbox = sandbox.read_only_path(path);
+        }
+        for path in hidden {
+            sandbox = sandbox.hidden_path(path);
+        }
+    }
+    let mut config = ShellConfig::new(root).sandbox(sandbox);
+    if let Some(dir) = &options.spill_dir {
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+        config = config.spill_dir(dir);
+    }
+    if let Some(ms) = options.timeout_ms {
+        let cap = std::time::Duration::from_millis(ms);
+        let defaults = ShellLimits::default();
+        config = config.limits(ShellLimits {
+            default_timeout: defaults.default_timeout.min(cap),
+            max_timeout: defaults.max_timeout.min(cap),
+            ..defaults
+        });
+    }
+    let tool =
+        ShellTool::new(config).map_err(|e| CliError::Start(format!("the shell tool: {e}")))?;
+    let spill_dir = tool.spill_dir().to_path_buf();
+    registry
+        .register(tool)
+        .map_err(|e| CliError::Start(format!("registering shell: {e}")))?;
+    Ok(spill_dir)
 }
 
 /// Starts the `--mcp` servers and registers their tools; every tool left out is named on

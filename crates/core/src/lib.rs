@@ -18,6 +18,7 @@
 )]
 
 pub mod around;
+pub mod command_words;
 pub mod content;
 pub mod dispatcher;
 pub mod error;
@@ -47,6 +48,6 @@ pub use registry::{RegisteredTool, ToolRegistry};
 pub use result::{DeferredMessage, FrozenResult, ToolError};
 pub use signal::{CancelHandle, CancelReason, Signal};
 pub use tool::{
-    Arguments, ExecutionMode, MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, RetryPolicy, ToolCall,
-    ToolContext, ToolDefinition, ToolExecutionInput, ToolFailure,
+    Arguments, ExecutionMode, MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, PartialOutput, RetryPolicy,
+    SubjectKind, ToolCall, ToolContext, ToolDefinition, ToolExecutionInput, ToolFailure,
 };

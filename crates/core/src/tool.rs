@@ -6,9 +6,9 @@ use crate::error::ErrorCode;
 use crate::policy::PathPolicies;
 use crate::signal::Signal;
 use async_trait::async_trait;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How the scheduler may place a tool's calls.
@@ -33,11 +33,18 @@ pub struct RetryPolicy {
 
 /// A failure reported by a tool's body (or by a wrapper around it).
 ///
+/// A failure may carry content: what the model sees in place of the bare message (a command's
+/// output up to its timeout, say). The message stays the short `error.message`; the content
+/// is the result's presentation, bounded like a success's.
+///
 /// ```
-/// use dsh_core::{ErrorCode, ToolFailure};
+/// use dsh_core::{ContentBlock, ErrorCode, ToolFailure};
 /// let f = ToolFailure::new("disk on fire").retryable();
 /// assert_eq!(f.code, ErrorCode::ToolError);
 /// assert!(f.retryable);
+/// let timed_out = ToolFailure::with_code(ErrorCode::ToolTimeout, "killed after 5 s")
+///     .with_content(vec![ContentBlock::text("compiling foo…")]);
+/// assert_eq!(timed_out.content.unwrap()[0].as_text(), Some("compiling foo…"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolFailure {
@@ -47,6 +54,11 @@ pub struct ToolFailure {
     pub message: String,
     /// Whether the retry wrapper may try again.
     pub retryable: bool,
+    /// The result's presentation, when it says more than the message (partial output); none
+    /// means the message alone.
+    pub content: Option<Vec<ContentBlock>>,
+    /// Metadata the result persists beside the error.
+    pub meta: Option<Map<String, Value>>,
 }
 
 impl ToolFailure {
@@ -61,6 +73,8 @@ impl ToolFailure {
             code,
             message: message.into(),
             retryable: false,
+            content: None,
+            meta: None,
         }
     }
 
@@ -69,6 +83,77 @@ impl ToolFailure {
         self.retryable = true;
         self
     }
+
+    /// The content the model sees for this failure, in place of the bare message.
+    pub fn with_content(mut self, content: Vec<ContentBlock>) -> ToolFailure {
+        self.content = Some(content);
+        self
+    }
+
+    /// Metadata for the failed result.
+    pub fn with_meta(mut self, meta: Map<String, Value>) -> ToolFailure {
+        self.meta = Some(meta);
+        self
+    }
+}
+
+/// A view of a running body's output so far, kept by the pipeline: a call interrupted while
+/// its body runs (a cancel stops the call at once, without waiting for the body) still shows
+/// what the body had, after its `ABORTED` message. A body that has nothing worth showing
+/// ignores it.
+///
+/// ```
+/// use dsh_core::{ContentBlock, PartialOutput};
+/// let partial = PartialOutput::default();
+/// assert!(partial.snapshot().is_none());
+/// partial.publish(|| vec![ContentBlock::text("line 1")]);
+/// assert_eq!(partial.snapshot().unwrap()[0].as_text(), Some("line 1"));
+/// ```
+#[derive(Clone, Default)]
+pub struct PartialOutput {
+    view: Arc<Mutex<Option<PartialView>>>,
+}
+
+type PartialView = Arc<dyn Fn() -> Vec<ContentBlock> + Send + Sync>;
+
+impl fmt::Debug for PartialOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartialOutput")
+            .field("published", &self.current().is_some())
+            .finish()
+    }
+}
+
+impl PartialOutput {
+    /// Publishes how to render the output so far; called again, replaces the view.
+    pub fn publish(&self, view: impl Fn() -> Vec<ContentBlock> + Send + Sync + 'static) {
+        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(view));
+    }
+
+    /// The output so far, if the body published a view.
+    pub fn snapshot(&self) -> Option<Vec<ContentBlock>> {
+        // Rendered outside the lock: a view may take its own locks.
+        self.current().map(|view| view())
+    }
+
+    fn current(&self) -> Option<PartialView> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// What a tool's permission subjects are, so that rules match them the right way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SubjectKind {
+    /// Paths: normalized, matched like `.gitignore` lines, a folder rule covering what is
+    /// inside it; a rule matches when it matches any subject.
+    #[default]
+    Path,
+    /// Commands: each subject is one simple command of what the tool runs, its words encoded
+    /// by [`crate::command_words::encode`]. A rule's pattern is matched as a prefix of words;
+    /// `allow` covers the call only when every subject is covered, `deny` and `ask` match when
+    /// any subject may match (a word only known when the command runs may match anything for
+    /// them, and nothing for `allow`).
+    Command,
 }
 
 impl fmt::Display for ToolFailure {
@@ -95,6 +180,8 @@ pub struct ToolContext {
     /// The pipeline's path policies: a body asks them about every path it reads or writes
     /// (see [`crate::policy`]). A sub-context (code mode) carries its parent's.
     pub policy: PathPolicies,
+    /// Where the body may publish its output so far (see [`PartialOutput`]).
+    pub partial: PartialOutput,
 }
 
 impl fmt::Debug for ToolContext {
@@ -125,6 +212,7 @@ impl ToolContext {
             attempt: 1,
             dispatcher: None,
             policy: PathPolicies::none(),
+            partial: PartialOutput::default(),
         }
     }
 }
@@ -190,9 +278,28 @@ pub trait ToolDefinition: Send + Sync + 'static {
         None
     }
 
+    /// The deadline of one call, which may depend on its input (a `timeout_ms` argument);
+    /// by default [`ToolDefinition::timeout_ms`]. The timeout wrapper reads this one.
+    fn timeout_ms_for(&self, _input: &Value) -> Option<u64> {
+        self.timeout_ms()
+    }
+
+    /// True when the body enforces its deadline itself and answers `TOOL_TIMEOUT` with what
+    /// it has (a command's output so far). The timeout wrapper then does not cut the body at
+    /// the deadline: it waits the deadline plus its owned-deadline grace, keeps the body's
+    /// own answer, and only past that answers a bare `TOOL_TIMEOUT` as for any tool.
+    fn owns_deadline(&self) -> bool {
+        false
+    }
+
     /// Opt-in retry policy, read by the retry wrapper.
     fn retry_policy(&self) -> Option<RetryPolicy> {
         None
+    }
+
+    /// What [`ToolDefinition::permission_subjects`] are: paths unless the tool says otherwise.
+    fn permission_subject_kind(&self) -> SubjectKind {
+        SubjectKind::Path
     }
 
     /// The strings permission rules match against (`tool(pattern)`): by default the `path`
@@ -214,6 +321,11 @@ pub trait ToolDefinition: Send + Sync + 'static {
             Value::String(s) => vec![ContentBlock::text(s.clone())],
             other => vec![ContentBlock::text(other.to_string())],
         }
+    }
+
+    /// Metadata persisted with a successful result (never shown to the model); none by default.
+    fn result_meta(&self, _value: &Value) -> Option<Map<String, Value>> {
+        None
     }
 
     /// The last, pure, content-only invariant. Runs exactly once per result of this tool.

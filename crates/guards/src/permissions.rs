@@ -7,8 +7,22 @@
 //! ```
 //! A rule is `tool` or `tool(glob)`; the tool part is itself a glob (`mcp__github__*`), the
 //! pattern part matches the tool's primary argument (its permission subjects: the path, for
-//! file tools). Deny beats ask beats allow, whatever the order; a call no rule matches is
-//! allowed (the sandbox and the guards still apply).
+//! file tools). Deny beats ask beats allow, whatever the order; a call no rule matches gets the
+//! policy's `default` (`allow` unless the file says `default = "ask"` or `default = "deny"`;
+//! the sandbox and the guards still apply). An allow-list only means something with
+//! `default = "deny"` (or `"ask"`).
+//!
+//! ## Commands
+//!
+//! A tool whose subjects are commands ([`SubjectKind::Command`]: `shell`) is matched by words,
+//! not paths: `shell(git status*)` matches commands whose first words are `git` and `status`
+//! (a trailing `*`, or `:*`, allows any further words; without it the words must match
+//! exactly). Each pattern word is a glob of its own (`shell(cargo * --release)`). The tool
+//! gives one subject per simple command of a compound command (`a; b`, `a && b`, `a | b`,
+//! `$(b)`, …): an `allow` rule covers the call only when every subject is covered by an allow
+//! rule, while a `deny` or `ask` rule matches when it matches any one. A word only known when
+//! the command runs (`$X`, `$(…)`, a glob) matches any pattern word for `deny` and `ask`, and
+//! none for `allow`.
 //!
 //! Patterns read like `.gitignore` lines, over paths relative to the workspace root (see
 //! [`PermissionRules::with_root`]; `./`, `..` and doubled slashes are resolved first):
@@ -50,6 +64,8 @@
 
 use crate::error::GuardsError;
 use async_trait::async_trait;
+use dsh_core::SubjectKind;
+use dsh_core::command_words::{self, Word};
 use dsh_core::hooks::{HookError, PreExecuteContext, PreExecuteHandler, PreExecuteOutcome};
 use dsh_core::{Access, PathPolicy};
 use globset::{GlobBuilder, GlobMatcher};
@@ -61,10 +77,12 @@ use std::sync::Arc;
 /// The tool whose rules every read must also pass.
 const READ_FILE: &str = "read_file";
 
-/// Which list a rule is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// Which list a rule is in (and, as the policy's `default`, what an unmatched call gets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RuleClass {
     /// `allow`.
+    #[default]
     Allow,
     /// `ask`.
     Ask,
@@ -202,6 +220,20 @@ impl Rule {
         &self.source
     }
 
+    /// True when this rule, whatever the subjects, covers every tool whose name starts with
+    /// `prefix`: it has no pattern, and its tool part is a literal prefix of `prefix` followed
+    /// by a lone `*` (`mcp__github__*`, `mcp__*`, `*`).
+    fn covers_every_tool_with_prefix(&self, prefix: &str) -> bool {
+        if self.pattern.is_some() {
+            return false;
+        }
+        let tool = self.source.trim();
+        let Some(literal) = tool.strip_suffix('*') else {
+            return false;
+        };
+        !literal.contains(['*', '?', '[', ']', '{', '}', '\\']) && prefix.starts_with(literal)
+    }
+
     /// A rule with a pattern that covers `subject` (already normalized), for `tool`.
     fn covers_for(&self, tool: &str, subject: &str) -> bool {
         self.tool.is_match(tool)
@@ -243,6 +275,8 @@ fn strip_trailing_slashes(pattern: &str) -> &str {
 #[serde(deny_unknown_fields)]
 struct RulesFile {
     #[serde(default)]
+    default: Option<RuleClass>,
+    #[serde(default)]
     allow: Vec<String>,
     #[serde(default)]
     ask: Vec<String>,
@@ -269,6 +303,7 @@ pub struct PermissionRules {
     ask: Arc<Vec<Rule>>,
     deny: Arc<Vec<Rule>>,
     root: Option<Arc<Root>>,
+    default: RuleClass,
 }
 
 /// The workspace root, as given and canonical: the policy is asked about resolved paths.
@@ -291,7 +326,19 @@ impl PermissionRules {
             ask: Arc::new(parse(file.ask)?),
             deny: Arc::new(parse(file.deny)?),
             root: None,
+            default: file.default.unwrap_or_default(),
         })
+    }
+
+    /// What a call no rule matches gets (`allow` unless set).
+    pub fn default_class(&self) -> RuleClass {
+        self.default
+    }
+
+    /// Sets what a call no rule matches gets.
+    pub fn with_default(mut self, class: RuleClass) -> Self {
+        self.default = class;
+        self
     }
 
     /// Absolute paths under `root` (as given, or canonical) are matched as paths relative to
@@ -304,6 +351,22 @@ impl PermissionRules {
         self
     }
 
+    /// True when a deny rule refuses every call of every tool named `prefix…`, so a source
+    /// of such tools (an MCP server: `mcp__NAME__`) need not even be started.
+    ///
+    /// ```
+    /// use dsh_guards::PermissionRules;
+    /// let rules = PermissionRules::from_toml(r#"deny = ["mcp__github__*", "mcp__x__y"]"#).unwrap();
+    /// assert!(rules.denies_every_tool_with_prefix("mcp__github__"));
+    /// assert!(!rules.denies_every_tool_with_prefix("mcp__x__"));
+    /// assert!(!rules.denies_every_tool_with_prefix("mcp__gitlab__"));
+    /// ```
+    pub fn denies_every_tool_with_prefix(&self, prefix: &str) -> bool {
+        self.deny
+            .iter()
+            .any(|rule| rule.covers_every_tool_with_prefix(prefix))
+    }
+
     /// Adds a rule to a list.
     pub fn add(&mut self, class: RuleClass, rule: Rule) -> &mut Self {
         let list = match class {
@@ -313,6 +376,21 @@ impl PermissionRules {
         };
         Arc::make_mut(list).push(rule);
         self
+    }
+
+    /// [`PermissionRules::classify`] for subjects of the given kind: commands are matched by
+    /// words (see the module docs), paths as paths. For commands the rule named for `allow` is
+    /// the first allow rule that covers some subject (every subject is covered by one).
+    pub fn classify_kind(
+        &self,
+        tool: &str,
+        kind: SubjectKind,
+        subjects: &[String],
+    ) -> Option<(RuleClass, &Rule)> {
+        match kind {
+            SubjectKind::Path => self.classify(tool, subjects),
+            SubjectKind::Command => command_rules::classify(self, tool, subjects),
+        }
     }
 
     /// The strictest list with a matching rule, and that rule.
@@ -384,7 +462,8 @@ impl PreExecuteHandler for PermissionRules {
     ) -> Result<PreExecuteOutcome, HookError> {
         let tool = call.tool.name();
         let subjects = call.tool.permission_subjects(call.arguments);
-        Ok(match self.classify(tool, &subjects) {
+        let kind = call.tool.permission_subject_kind();
+        Ok(match self.classify_kind(tool, kind, &subjects) {
             Some((RuleClass::Deny, rule)) => {
                 PreExecuteOutcome::deny(format!("denied by permission rule `{}`", rule.source()))
             }
@@ -392,7 +471,16 @@ impl PreExecuteHandler for PermissionRules {
                 "permission rule `{}` asks before running {tool}",
                 rule.source()
             )),
-            Some((RuleClass::Allow, _)) | None => PreExecuteOutcome::allow(),
+            Some((RuleClass::Allow, _)) => PreExecuteOutcome::allow(),
+            None => match self.default {
+                RuleClass::Allow => PreExecuteOutcome::allow(),
+                RuleClass::Ask => PreExecuteOutcome::ask(format!(
+                    "no permission rule allows this {tool} call, and the policy's default is ask"
+                )),
+                RuleClass::Deny => PreExecuteOutcome::deny(format!(
+                    "no permission rule allows this {tool} call, and the policy's default is deny"
+                )),
+            },
         })
     }
 
@@ -434,6 +522,125 @@ impl PathPolicy for PermissionRules {
     fn forbids(&self, tool: &str, access: Access, path: &Path) -> Option<String> {
         self.keeping(&[&self.deny], tool, access, path)
             .map(|rule| format!("denied by permission rule `{}`", rule.source()))
+    }
+}
+
+/// Matching by words, for tools whose subjects are commands. Kept apart from the path
+/// matching above: the two share only the rule lists.
+mod command_rules {
+    use super::*;
+
+    /// A pattern read as words: each a glob, plus whether further words may follow.
+    /// (`ask` and `deny` rules also see a subject's variants; see `dsh_core::command_words`.)
+    struct WordPattern {
+        words: Vec<GlobMatcher>,
+        prefix: bool,
+    }
+
+    fn pattern(rule: &Rule) -> Option<WordPattern> {
+        let source = rule
+            .source
+            .find('(')
+            .map(|open| &rule.source[open + 1..rule.source.len() - 1])?;
+        let trimmed = source.trim_end();
+        let (body, prefix) = match trimmed
+            .strip_suffix(":*")
+            .or_else(|| trimmed.strip_suffix('*'))
+        {
+            Some(rest) => (rest, true),
+            None => (trimmed, false),
+        };
+        let words = command_words::decode(body)
+            .into_iter()
+            .map(|w| match w {
+                Word::Literal(text) => text,
+                Word::Dynamic => "$?".into(),
+            })
+            .map(|text| {
+                GlobBuilder::new(&text)
+                    .literal_separator(false)
+                    .build()
+                    .map(|g| g.compile_matcher())
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .ok()?;
+        Some(WordPattern { words, prefix })
+    }
+
+    /// Whether the subject can match: `must` (for allow) counts a dynamic word as matching
+    /// nothing, otherwise (deny, ask) as matching anything.
+    fn matches(pattern: &WordPattern, subject: &[Word], must: bool) -> bool {
+        for (i, want) in pattern.words.iter().enumerate() {
+            match subject.get(i) {
+                None => return false,
+                Some(Word::Dynamic) => return !must,
+                Some(Word::Literal(w)) => {
+                    if !want.is_match(w) {
+                        return false;
+                    }
+                }
+            }
+        }
+        let rest = &subject[pattern.words.len()..];
+        pattern.prefix || rest.is_empty() || (!must && rest.iter().all(|w| *w == Word::Dynamic))
+    }
+
+    fn rule_matches(rule: &Rule, tool: &str, subject: &[Word], must: bool) -> bool {
+        if !rule.tool.is_match(tool) {
+            return false;
+        }
+        if rule.pattern.is_none() {
+            return true;
+        }
+        pattern(rule).is_some_and(|p| matches(&p, subject, must))
+    }
+
+    pub(super) fn classify<'r>(
+        rules: &'r PermissionRules,
+        tool: &str,
+        subjects: &[String],
+    ) -> Option<(RuleClass, &'r Rule)> {
+        let subjects: Vec<(Vec<Word>, bool)> = subjects
+            .iter()
+            .map(|s| command_words::decode_subject(s))
+            .collect();
+        for (class, list) in [(RuleClass::Deny, &rules.deny), (RuleClass::Ask, &rules.ask)] {
+            // A bare `tool` rule matches even a call with no subject.
+            let hit = list.iter().find(|r| {
+                (r.pattern.is_none() && r.tool.is_match(tool))
+                    || subjects
+                        .iter()
+                        .any(|(s, _)| rule_matches(r, tool, s, false))
+            });
+            if let Some(rule) = hit {
+                return Some((class, rule));
+            }
+        }
+        if let Some(rule) = rules
+            .allow
+            .iter()
+            .find(|r| r.pattern.is_none() && r.tool.is_match(tool))
+        {
+            return Some((RuleClass::Allow, rule));
+        }
+        // Variants are for deny and ask: allow judges the commands as written.
+        let written: Vec<&Vec<Word>> = subjects
+            .iter()
+            .filter(|(_, variant)| !variant)
+            .map(|(s, _)| s)
+            .collect();
+        if written.is_empty() {
+            return None;
+        }
+        let mut first = None;
+        for subject in written {
+            let rule = rules
+                .allow
+                .iter()
+                .find(|r| rule_matches(r, tool, subject, true))?;
+            first.get_or_insert(rule);
+        }
+        first.map(|rule| (RuleClass::Allow, rule))
     }
 }
 

@@ -105,18 +105,21 @@ impl Drop for CallState {
     }
 }
 
-/// The candidate of a call interrupted by a cancel, by phase.
-pub(crate) fn interrupted(input: &ToolExecutionInput, body_started: bool) -> Candidate {
+/// The candidate of a call interrupted by a cancel, by phase; a body that published its
+/// output so far has it shown after the message.
+pub(crate) fn interrupted(input: &ToolExecutionInput, track: &CallTrack) -> Candidate {
     let reason = input
         .signal
         .reason()
         .map(|r| r.to_string())
         .unwrap_or_else(|| "the call was stopped".to_string());
-    if body_started {
-        Candidate::failed(
-            ErrorCode::Aborted,
-            format!("the call was cancelled while it ran: {reason}"),
-        )
+    if track.body_started() {
+        let message = format!("the call was cancelled while it ran: {reason}");
+        let mut aborted = Candidate::failed(ErrorCode::Aborted, message.clone());
+        if let Some(content) = track.partial_content(&message) {
+            aborted.content = content;
+        }
+        aborted
     } else {
         Candidate::failed(
             ErrorCode::AbortedBeforeDispatch,
@@ -322,7 +325,7 @@ impl Actor for CallLifecycle {
                     let outcome = match frozen {
                         Some(outcome) => outcome,
                         None => {
-                            let candidate = interrupted(&answering.input, true);
+                            let candidate = interrupted(&answering.input, &answering.track);
                             let finalize = telemetry::phase_span(&answering.span, "finalize");
                             answering.outcome(candidate, &finalize, deadline).await
                         }
@@ -335,7 +338,7 @@ impl Actor for CallLifecycle {
             if let Some(run) = state.run.take() {
                 run.abort();
             }
-            let candidate = interrupted(&answering.input, answering.track.body_started());
+            let candidate = interrupted(&answering.input, &answering.track);
             let finalize = telemetry::phase_span(&answering.span, "finalize");
             // Frozen off this handler: a stop never waits on user code.
             tokio::spawn(async move {

@@ -526,7 +526,7 @@ impl SchedulerState {
             (Ok(seq), None) => {
                 // The call actor ended without answering (killed, or failed).
                 let candidate = if handle.is_cancelled() || input.signal.is_cancelled() {
-                    interrupted(&input, track.body_started())
+                    interrupted(&input, &track)
                 } else {
                     Candidate::failed(
                         ErrorCode::PipelineError,

@@ -91,6 +91,7 @@ fn shape(event: &SessionEvent) -> (usize, usize) {
             call_id,
             name,
             arguments,
+            arguments_text,
             agent,
             parent,
         }) => {
@@ -99,6 +100,10 @@ fn shape(event: &SessionEvent) -> (usize, usize) {
                 .iter()
                 .fold(0usize, |s, t| s.saturating_add(str_bound(t)));
             let parent = parent.as_deref().map_or(4, str_bound);
+            let text = arguments_text.as_deref().map_or(0, |t| {
+                str_bound(t).saturating_add("\"argumentsText\":,".len())
+            });
+            let parent = parent.saturating_add(text);
             (
                 depth.max(2),
                 args.saturating_add(strings).saturating_add(parent),

@@ -11,7 +11,7 @@ mod timeout;
 
 pub use metrics::{MetricsLayer, ToolStats};
 pub use retry::RetryLayer;
-pub use timeout::{TimeoutLayer, deadline};
+pub use timeout::{DEFAULT_OWNED_GRACE, TimeoutLayer, deadline};
 
 use crate::signal::Signal;
 use crate::tool::{ToolDefinition, ToolFailure};

@@ -1,6 +1,6 @@
 //! The candidate result: what the chain holds between dispatch and the snapshot.
 
-use dsh_core::{ContentBlock, ErrorCode, ToolError};
+use dsh_core::{ContentBlock, ErrorCode, ToolError, ToolFailure};
 use serde_json::{Map, Value};
 
 /// A result not yet frozen.
@@ -29,6 +29,22 @@ impl Candidate {
             meta: None,
             contexts: Vec::new(),
         }
+    }
+
+    /// The error result of a failure: its content when it carries some, else its message.
+    pub fn from_failure(failure: ToolFailure) -> Candidate {
+        let mut candidate = match failure.content {
+            Some(content) => Candidate {
+                value: None,
+                content,
+                error: Some(ToolError::new(failure.code, failure.message)),
+                meta: None,
+                contexts: Vec::new(),
+            },
+            None => Candidate::failed(failure.code, failure.message),
+        };
+        candidate.meta = failure.meta;
+        candidate
     }
 
     /// A success.

@@ -122,6 +122,7 @@ impl BodyLeaf<'_> {
             attempt: req.attempt,
             dispatcher: self.dispatcher.clone(),
             policy: self.policy.clone(),
+            partial: self.track.partial.clone(),
         };
         let definition = self.tool.definition().clone();
         let arguments = req.arguments;
@@ -189,7 +190,12 @@ pub(super) async fn run(
             let interrupt = failure.code == ErrorCode::ToolTimeout
                 || (failure.code == ErrorCode::Aborted && input.signal.is_cancelled());
             if interrupt || leaf.returned(&failure) {
-                return Err(Candidate::failed(failure.code, failure.message));
+                let mut failure = failure;
+                if interrupt && failure.content.is_none() {
+                    // Cut before it answered: what it published so far still shows.
+                    failure.content = track.partial_content(&failure.message);
+                }
+                return Err(Candidate::from_failure(failure));
             }
             return Err(Candidate::failed(
                 ErrorCode::PipelineError,
@@ -220,8 +226,10 @@ pub(super) async fn run(
             format!("{whose} does not match its output schema: {why}"),
         ));
     }
-    let content = present(pipeline, tool, &value).await?;
-    Ok(Candidate::success(value, content))
+    let (content, meta) = present_with_meta(pipeline, tool, &value).await?;
+    let mut candidate = Candidate::success(value, content);
+    candidate.meta = meta;
+    Ok(candidate)
 }
 
 /// The tool's `present`, on the user-code pool under the deadline: a panic is the tool's
@@ -232,11 +240,23 @@ pub(super) async fn present(
     tool: &RegisteredTool,
     value: &Value,
 ) -> Result<Vec<ContentBlock>, Candidate> {
+    present_with_meta(pipeline, tool, value)
+        .await
+        .map(|(content, _)| content)
+}
+
+/// [`present`], together with the meta the tool keeps with its result (`result_meta`, user
+/// code too, so it runs in the same job under the same deadline).
+async fn present_with_meta(
+    pipeline: &Pipeline,
+    tool: &RegisteredTool,
+    value: &Value,
+) -> Result<(Vec<ContentBlock>, Option<serde_json::Map<String, Value>>), Candidate> {
     let definition = tool.definition().clone();
     let name = definition.name().to_string();
     let value = value.clone();
     let deadline = pipeline.config.user_code_deadline;
-    let job = move |_: &Activity| definition.present(&value);
+    let job = move |_: &Activity| (definition.present(&value), definition.result_meta(&value));
     match pipeline
         .user_code
         .run(format!("present of `{name}`"), Some(deadline), job)

@@ -45,8 +45,9 @@ use crate::pipeline::candidate::Candidate;
 use crate::telemetry;
 use dsh_core::pool::BlockingPool;
 use dsh_core::{
-    ApprovalResponder, Arguments, ErrorCode, FrozenResult, Hooks, PathPolicies, PathPolicy,
-    ProtectedPaths, RegisteredTool, SubCallDispatcher, ToolExecutionInput, ToolRegistry,
+    ApprovalResponder, Arguments, ContentBlock, ErrorCode, FrozenResult, Hooks, PartialOutput,
+    PathPolicies, PathPolicy, ProtectedPaths, RegisteredTool, SubCallDispatcher,
+    ToolExecutionInput, ToolRegistry,
 };
 use dsh_guards::GuardSet;
 use serde_json::Value;
@@ -142,6 +143,8 @@ pub(crate) struct CallTrack {
     freezing: AtomicBool,
     finalize_started: AtomicBool,
     observed: AtomicBool,
+    /// What the body published of its output so far (see `PartialOutput`).
+    pub(crate) partial: PartialOutput,
 }
 
 impl CallTrack {
@@ -166,6 +169,17 @@ impl CallTrack {
 
     pub(crate) fn body_started(&self) -> bool {
         self.body_started.load(Ordering::SeqCst)
+    }
+
+    /// `message` followed by the body's output so far, when it published some.
+    pub(crate) fn partial_content(&self, message: &str) -> Option<Vec<ContentBlock>> {
+        if !self.body_started() {
+            return None;
+        }
+        let partial = self.partial.snapshot()?;
+        let mut content = vec![ContentBlock::text(message)];
+        content.extend(partial);
+        Some(content)
     }
 }
 
@@ -305,10 +319,12 @@ impl Pipeline {
             .await;
         if let Some(reason) = input.signal.reason() {
             // Body started: even a success is replaced by ABORTED.
-            return Err(Candidate::failed(
-                ErrorCode::Aborted,
-                format!("the call was cancelled while it ran: {reason}"),
-            ));
+            let message = format!("the call was cancelled while it ran: {reason}");
+            let mut aborted = Candidate::failed(ErrorCode::Aborted, message.clone());
+            if let Some(content) = track.partial_content(&message) {
+                aborted.content = content;
+            }
+            return Err(aborted);
         }
         Ok((tool, arguments, outcome?))
     }

@@ -1,0 +1,820 @@
+//! The fork and everything that runs between fork and exec: the only module of the workspace
+//! that may use `unsafe` (each block says why it is sound).
+//!
+//! # The process chain
+//!
+//! ```text
+//! dsh (the spawner thread) ── fork ──> keeper ── fork ──> init ── fork ──> bash -c COMMAND
+//! ```
+//!
+//! - **keeper**: dies with dsh (`PR_SET_PDEATHSIG`, checked with `getppid` after the fork),
+//!   leaves dsh's session, keeps only the descriptors of this call, enters new user, mount,
+//!   PID (and, with the network off, network) namespaces, makes the mounts of the sandbox, then
+//!   forks `init` and waits for it. Its exit tells dsh that the whole tree is gone.
+//! - **init**: PID 1 of the new PID namespace (or, where the kernel gives none, a child
+//!   subreaper). It forks the command, reports its wait status, reaps every orphan, and obeys
+//!   the control pipe: `T` sends SIGTERM to every process of the call, `K` SIGKILL, and the end
+//!   of the pipe (dsh gone, or done) kills them all and exits. When PID 1 exits, the kernel
+//!   kills whatever is left in its namespace, double-forked `setsid` daemons included.
+//! - **the command**: its own session and process group, signals reset, stdin `/dev/null`,
+//!   stdout and stderr to dsh's pipes, capabilities dropped, `no_new_privs`, Landlock, then
+//!   the seccomp filters, then `execve`.
+//!
+//! # Async-signal safety
+//!
+//! dsh is multithreaded, so after `fork` only async-signal-safe work is allowed: no
+//! allocation, no locks, no `std` I/O, no `tracing`. Everything here is a direct system call
+//! on memory prepared before the fork ([`ChildPlan`], [`ExecPtrs`]): C strings, descriptor
+//! numbers, the BPF programs. Failures are reported as fixed-size records on the report pipe
+//! ([`Record`]), then the process `_exit`s.
+#![allow(unsafe_code)]
+// This module is the one place the workspace allows `unsafe` (see the crate's Cargo.toml).
+
+use super::plan::{ChildPlan, ExecPtrs, MountOp, Stage};
+use super::report::{KIND_ERROR, KIND_EXIT, KIND_FALLBACK, KIND_LEFTOVERS, encode_record};
+use libc::{c_char, c_int, c_long, c_void, pid_t};
+use std::ffi::CStr;
+
+/// The most processes the fallback (no PID namespace) walk tracks in one round.
+const MAX_TRACKED: usize = 4096;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
+const AT_RECURSIVE: c_int = 0x8000;
+
+/// `struct __user_cap_header_struct` and `__user_cap_data_struct` (version 3: two words).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct sock_fprog`.
+#[repr(C)]
+struct SockFprog {
+    len: u16,
+    filter: *const c_void,
+}
+
+/// Forks the keeper. Called on the spawner thread (which lives as long as dsh, so the
+/// keeper's parent-death signal fires only when dsh dies). Returns the keeper's pid.
+pub(super) fn fork_keeper(plan: &ChildPlan, exec: &ExecPtrs) -> std::io::Result<pid_t> {
+    // SAFETY: `fork` is sound to call from any thread. In the child only this module's code
+    // runs, and it is async-signal-safe (see the module docs): it touches only memory that was
+    // fully built before the fork (`plan`, `exec`), and it never returns into the caller: every
+    // path ends in `execve` or `_exit`.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => keeper(plan, exec),
+        pid => Ok(pid),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Thin wrappers: each one system call, on arguments that are valid for its whole duration.
+
+fn errno() -> i32 {
+    // SAFETY: `__errno_location` returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+fn check(ret: c_long) -> Result<c_long, i32> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+fn exit_now(code: c_int) -> ! {
+    // SAFETY: `_exit` ends the process without running atexit handlers or destructors, which
+    // is what a forked child of a multithreaded process must do.
+    unsafe { libc::_exit(code) }
+}
+
+fn write_all(fd: c_int, mut buf: &[u8]) {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is a valid slice for the call's duration.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+        buf = &buf[n as usize..];
+    }
+}
+
+fn read_some(fd: c_int, buf: &mut [u8]) -> Result<usize, i32> {
+    loop {
+        // SAFETY: `buf` is a valid, writable slice for the call's duration.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+fn close(fd: c_int) {
+    // SAFETY: closing a descriptor number has no memory effects; a stale one gives EBADF.
+    unsafe { libc::close(fd) };
+}
+
+fn dup2(from: c_int, to: c_int) -> Result<(), i32> {
+    // SAFETY: `dup2` only operates on descriptor numbers.
+    check(unsafe { libc::dup2(from, to) } as c_long).map(|_| ())
+}
+
+fn kill(pid: pid_t, sig: c_int) {
+    // SAFETY: sending a signal has no memory effects on this process.
+    unsafe { libc::kill(pid, sig) };
+}
+
+fn getpid() -> pid_t {
+    // SAFETY: no arguments, no memory effects.
+    unsafe { libc::getpid() }
+}
+
+fn prctl(option: c_int, arg: libc::c_ulong) -> Result<(), i32> {
+    // SAFETY: the options used here take integer arguments only.
+    check(unsafe { libc::prctl(option, arg, 0, 0, 0) } as c_long).map(|_| ())
+}
+
+fn fork() -> Result<pid_t, i32> {
+    // SAFETY: see `fork_keeper`: the child continues in this module's code only.
+    check(unsafe { libc::fork() } as c_long).map(|pid| pid as pid_t)
+}
+
+fn waitpid(pid: pid_t, options: c_int) -> Result<(pid_t, c_int), i32> {
+    let mut status: c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid, writable int for the call's duration.
+        let r = unsafe { libc::waitpid(pid, &mut status, options) };
+        if r >= 0 {
+            return Ok((r, status));
+        }
+        let e = errno();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+fn open_cstr(path: &CStr, flags: c_int) -> Result<c_int, i32> {
+    // SAFETY: `path` is a valid NUL-terminated string for the call's duration.
+    check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) } as c_long)
+        .map(|fd| fd as c_int)
+}
+
+fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> Result<(), i32> {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is null or a valid NUL-terminated string for the call's duration.
+    check(unsafe {
+        libc::mount(
+            ptr(source),
+            target.as_ptr(),
+            ptr(fstype),
+            flags,
+            ptr(data).cast(),
+        )
+    } as c_long)
+    .map(|_| ())
+}
+
+fn mount_setattr_rdonly(target: &CStr) -> Result<(), i32> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `target` is a valid C string and `attr` a valid `struct mount_attr` whose size is
+    // passed along; both outlive the call.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports.
+
+fn report(plan: &ChildPlan, kind: u8, stage: Stage, index: u16, value: i32) {
+    write_all(plan.report_w, &encode_record(kind, stage, index, value));
+}
+
+fn fail(plan: &ChildPlan, stage: Stage, index: u16, errno: i32) -> ! {
+    report(plan, KIND_ERROR, stage, index, errno);
+    exit_now(126)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The keeper.
+
+/// Closes every descriptor but `keep` (and 0, 1, 2, which are pointed at /dev/null).
+fn close_all_except(keep: &mut [c_int]) {
+    keep.sort_unstable();
+    let mut next: c_long = 3;
+    for &fd in keep.iter() {
+        let fd = fd as c_long;
+        if fd < next {
+            continue;
+        }
+        if fd > next {
+            // SAFETY: `close_range` only operates on descriptor numbers.
+            unsafe { libc::syscall(libc::SYS_close_range, next, fd - 1, 0) };
+        }
+        next = fd + 1;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, next, c_long::from(u32::MAX), 0) };
+}
+
+fn keeper(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
+    // Die with dsh; the check closes the race where dsh died before the prctl.
+    if let Err(e) = prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) {
+        fail(plan, Stage::ParentDeathSignal, 0, e);
+    }
+    // SAFETY: no arguments, no memory effects.
+    if unsafe { libc::getppid() } != plan.parent_pid {
+        exit_now(125);
+    }
+    let mut keep = [
+        plan.stdin_null,
+        plan.stdout_w,
+        plan.stderr_w,
+        plan.report_w,
+        plan.control_r,
+        plan.landlock_fd.unwrap_or(plan.stdin_null),
+    ];
+    close_all_except(&mut keep);
+    for fd in 0..3 {
+        let _ = dup2(plan.stdin_null, fd);
+    }
+    // SAFETY: no arguments, no memory effects.
+    if unsafe { libc::setsid() } < 0 {
+        fail(plan, Stage::Setsid, 0, errno());
+    }
+    let mut pid_namespace = false;
+    if let Some(ns) = &plan.namespaces {
+        let with_pid = ns.flags | libc::CLONE_NEWPID;
+        // SAFETY: `unshare` takes flags only; the keeper is single-threaded, as a new user
+        // namespace requires.
+        if unsafe { libc::unshare(with_pid) } == 0 {
+            pid_namespace = true;
+        } else {
+            let first = errno();
+            // SAFETY: as above.
+            if unsafe { libc::unshare(ns.flags) } != 0 {
+                fail(plan, Stage::Unshare, 0, errno());
+            }
+            // Namespaces but no PID namespace: init becomes a subreaper instead.
+            report(plan, KIND_FALLBACK, Stage::Unshare, 0, first);
+        }
+        write_file(
+            plan,
+            c"/proc/self/setgroups",
+            ns.setgroups.as_bytes(),
+            Stage::Setgroups,
+        );
+        write_file(
+            plan,
+            c"/proc/self/uid_map",
+            ns.uid_map.as_bytes(),
+            Stage::UidMap,
+        );
+        write_file(
+            plan,
+            c"/proc/self/gid_map",
+            ns.gid_map.as_bytes(),
+            Stage::GidMap,
+        );
+        for (i, op) in ns.mounts.iter().enumerate() {
+            let index = u16::try_from(i).unwrap_or(u16::MAX);
+            if let Err((stage, e)) = apply_mount(op) {
+                fail(plan, stage, index, e);
+            }
+        }
+    } else {
+        // No namespaces (`full`): a subreaper keeps every orphan in reach.
+        report(plan, KIND_FALLBACK, Stage::Unshare, 0, 0);
+    }
+    if !pid_namespace && prctl(libc::PR_SET_CHILD_SUBREAPER, 1).is_err() {
+        fail(plan, Stage::Subreaper, 0, errno());
+    }
+    let keeper_pid = getpid();
+    match fork() {
+        Err(e) => fail(plan, Stage::ForkInit, 0, e),
+        Ok(0) => init(plan, exec, pid_namespace, keeper_pid),
+        Ok(init_pid) => {
+            close(plan.control_r);
+            close(plan.stdout_w);
+            close(plan.stderr_w);
+            let _ = waitpid(init_pid, 0);
+            if !pid_namespace {
+                // Whatever init left (it was killed, say) was handed to this subreaper.
+                kill_descendants(libc::SIGKILL, true);
+                while waitpid(-1, 0).is_ok() {}
+            }
+            // Exiting closes the report pipe: dsh reads that as "the whole tree is gone".
+            exit_now(0)
+        }
+    }
+}
+
+fn write_file(plan: &ChildPlan, path: &CStr, bytes: &[u8], stage: Stage) {
+    if bytes.is_empty() {
+        return;
+    }
+    let fd = match open_cstr(path, libc::O_WRONLY) {
+        Ok(fd) => fd,
+        Err(e) => fail(plan, stage, 0, e),
+    };
+    // SAFETY: `bytes` is a valid slice for the call's duration.
+    let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    if n < 0 {
+        fail(plan, stage, 0, errno());
+    }
+    close(fd);
+}
+
+fn apply_mount(op: &MountOp) -> Result<(), (Stage, i32)> {
+    const NONE: Option<&CStr> = None;
+    match op {
+        MountOp::MakePrivate => mount(NONE, c"/", NONE, libc::MS_REC | libc::MS_PRIVATE, NONE)
+            .map_err(|e| (Stage::MountPrivate, e)),
+        MountOp::BindSelf { path, read_only } => {
+            mount(Some(path), path, NONE, libc::MS_BIND | libc::MS_REC, NONE)
+                .map_err(|e| (Stage::Bind, e))?;
+            if *read_only {
+                mount_setattr_rdonly(path).map_err(|e| (Stage::ReadOnly, e))?;
+            }
+            Ok(())
+        }
+        MountOp::Cover { source, target } => {
+            mount(Some(source), target, NONE, libc::MS_BIND, NONE).map_err(|e| (Stage::Hide, e))?;
+            mount_setattr_rdonly(target).map_err(|e| (Stage::ReadOnly, e))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Init.
+
+fn init(plan: &ChildPlan, exec: &ExecPtrs, pid_namespace: bool, keeper_pid: pid_t) -> ! {
+    if pid_namespace {
+        // PID 1 dies with the keeper (and with it the namespace). The keeper cannot be named
+        // from inside the namespace (getppid is 0 here), so the race the check would close is
+        // closed by the control pipe instead: its end means dsh is gone.
+        let _ = prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if plan.mount_proc
+            && let Err(e) = mount(
+                Some(c"proc"),
+                c"/proc",
+                Some(c"proc"),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                None,
+            )
+        {
+            fail(plan, Stage::MountProc, 0, e);
+        }
+    } else {
+        // A subreaper must outlive its descendants long enough to kill them: no parent-death
+        // signal here; the end of the control pipe makes it kill them all and exit.
+        if prctl(libc::PR_SET_CHILD_SUBREAPER, 1).is_err() {
+            fail(plan, Stage::Subreaper, 0, errno());
+        }
+        // SAFETY: no arguments, no memory effects.
+        if unsafe { libc::getppid() } != keeper_pid {
+            exit_now(125);
+        }
+    }
+    // SIGCHLD arrives through a signalfd, so one poll waits for both children and dsh.
+    // SAFETY: `set` is a valid sigset_t for the calls' duration.
+    let sigfd = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    if sigfd < 0 {
+        fail(plan, Stage::SignalFd, 0, errno());
+    }
+    let command = match fork() {
+        Err(e) => fail(plan, Stage::ForkCommand, 0, e),
+        Ok(0) => command(plan, exec),
+        Ok(pid) => pid,
+    };
+    close(plan.stdout_w);
+    close(plan.stderr_w);
+    close(plan.stdin_null);
+    if let Some(fd) = plan.landlock_fd {
+        close(fd);
+    }
+    supervise(plan, sigfd, command, pid_namespace)
+}
+
+fn terminate(sig: c_int, pid_namespace: bool) {
+    if pid_namespace {
+        // From PID 1, -1 means every other process of the namespace.
+        kill(-1, sig);
+    } else {
+        kill_descendants(sig, sig == libc::SIGKILL);
+    }
+}
+
+fn supervise(plan: &ChildPlan, sigfd: c_int, command: pid_t, pid_namespace: bool) -> ! {
+    let mut command_done = false;
+    let mut leftovers_told = false;
+    let mut control_open = true;
+    let mut buf = [0u8; 128 * 8];
+    loop {
+        // Reap whatever has exited; the command's status goes to dsh.
+        loop {
+            match waitpid(-1, libc::WNOHANG) {
+                Ok((0, _)) => {
+                    // Children left after the command: dsh decides when they go.
+                    if command_done && !leftovers_told {
+                        leftovers_told = true;
+                        report(plan, KIND_LEFTOVERS, Stage::None, 0, 0);
+                    }
+                    break;
+                }
+                Ok((pid, status)) => {
+                    if pid == command {
+                        command_done = true;
+                        report(plan, KIND_EXIT, Stage::None, 0, status);
+                    }
+                }
+                Err(_) => {
+                    // No child left: after the command, that is the whole tree.
+                    if command_done {
+                        exit_now(0);
+                    }
+                    break;
+                }
+            }
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: sigfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if control_open { plan.control_r } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd for the call's duration.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            continue;
+        }
+        if fds[0].revents != 0 {
+            // Drain: the reap loop above does the work.
+            while matches!(read_some(sigfd, &mut buf), Ok(n) if n > 0) {}
+        }
+        if control_open && fds[1].revents != 0 {
+            let mut byte = [0u8; 1];
+            match read_some(plan.control_r, &mut byte) {
+                Ok(1) if byte[0] == b'T' => terminate(libc::SIGTERM, pid_namespace),
+                Ok(1) if byte[0] == b'K' => terminate(libc::SIGKILL, pid_namespace),
+                Ok(1) => {}
+                _ => {
+                    // dsh is gone or done with this call: nothing of it may outlive that.
+                    control_open = false;
+                    terminate(libc::SIGKILL, pid_namespace);
+                    if pid_namespace {
+                        exit_now(0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fallback walk (no PID namespace): every process whose chain of parents leads here.
+
+/// Writes `n` in decimal into `buf` from `at`; returns the new end.
+fn put_decimal(buf: &mut [u8], mut at: usize, n: u32) -> usize {
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    let mut n = n;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    while len > 0 && at < buf.len() {
+        len -= 1;
+        buf[at] = digits[len];
+        at += 1;
+    }
+    at
+}
+
+/// The parent pid and whether the process is still running (not a zombie), from
+/// `/proc/PID/stat`.
+fn stat_of(pid: u32) -> Option<(pid_t, bool)> {
+    let mut path = [0u8; 32];
+    let prefix = b"/proc/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut at = put_decimal(&mut path, prefix.len(), pid);
+    for &b in b"/stat" {
+        path[at] = b;
+        at += 1;
+    }
+    path[at] = 0;
+    let path = CStr::from_bytes_until_nul(&path).ok()?;
+    let fd = open_cstr(path, libc::O_RDONLY).ok()?;
+    let mut buf = [0u8; 512];
+    let n = read_some(fd, &mut buf).unwrap_or(0);
+    close(fd);
+    let text = &buf[..n];
+    // "pid (comm) S ppid ...": the command name may hold anything, so parse after the last ')'.
+    let close_paren = text.iter().rposition(|&b| b == b')')?;
+    let rest = text.get(close_paren + 2..)?;
+    let state = *rest.first()?;
+    let mut ppid: i64 = 0;
+    for &b in rest.get(2..)? {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        ppid = ppid * 10 + i64::from(b - b'0');
+    }
+    Some((ppid as pid_t, state != b'Z' && state != b'X'))
+}
+
+fn parse_pid(name: &[u8]) -> Option<u32> {
+    if name.is_empty() || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut n: u32 = 0;
+    for &b in name {
+        n = n.checked_mul(10)?.checked_add(u32::from(b - b'0'))?;
+    }
+    Some(n)
+}
+
+/// Calls `f` with each pid listed in `/proc`.
+fn for_each_pid(mut f: impl FnMut(u32)) {
+    let Ok(fd) = open_cstr(c"/proc", libc::O_RDONLY | libc::O_DIRECTORY) else {
+        return;
+    };
+    let mut buf = [0u8; 8192];
+    loop {
+        // SAFETY: `buf` is a valid, writable buffer of the given length.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd,
+                buf.as_mut_ptr(),
+                buf.len() as libc::c_uint,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        let mut off = 0usize;
+        let n = n as usize;
+        // struct linux_dirent64 { u64 ino; i64 off; u16 reclen; u8 type; char name[]; }
+        while off + 19 <= n {
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            if reclen == 0 || off + reclen > n {
+                break;
+            }
+            let name = &buf[off + 19..off + reclen];
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            if let Some(pid) = parse_pid(&name[..end]) {
+                f(pid);
+            }
+            off += reclen;
+        }
+    }
+    close(fd);
+}
+
+/// Sends `sig` to every live descendant of this process; with `until_gone`, repeats until
+/// none is left running (killed processes' children come back to this subreaper, and the next
+/// round finds them).
+fn kill_descendants(sig: c_int, until_gone: bool) {
+    let me = getpid();
+    loop {
+        let mut tree = [0 as pid_t; MAX_TRACKED];
+        tree[0] = me;
+        let mut len = 1usize;
+        let mut live = 0usize;
+        // Grow the set of descendants until a scan adds nobody.
+        loop {
+            let before = len;
+            for_each_pid(|pid| {
+                let pid = pid as pid_t;
+                if len >= MAX_TRACKED || tree[..len].contains(&pid) {
+                    return;
+                }
+                if let Some((ppid, running)) = stat_of(pid as u32)
+                    && tree[..len].contains(&ppid)
+                {
+                    tree[len] = pid;
+                    len += 1;
+                    if running {
+                        live += 1;
+                        kill(pid, sig);
+                    }
+                }
+            });
+            if len == before || len >= MAX_TRACKED {
+                break;
+            }
+        }
+        // No reaping here: init's loop reaps (and must see the command's status). A killed
+        // process hands its children to this subreaper as it dies, zombie or not.
+        if !until_gone || live == 0 {
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command.
+
+fn command(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
+    // SAFETY: `setsid` takes no arguments.
+    if unsafe { libc::setsid() } < 0 {
+        fail(plan, Stage::Setsid, 1, errno());
+    }
+    // Signals as a fresh program expects them: nothing blocked, nothing ignored (dsh ignores
+    // SIGPIPE, and an ignored signal stays ignored across exec: `yes | head` would not end).
+    // SAFETY: `set` is a valid sigset_t; `signal` takes integers only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        for sig in 1..32 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+    if let Err(e) = dup2(plan.stdin_null, 0)
+        .and_then(|()| dup2(plan.stdout_w, 1))
+        .and_then(|()| dup2(plan.stderr_w, 2))
+    {
+        fail(plan, Stage::Dup, 0, e);
+    }
+    // SAFETY: `workdir` is a valid C string.
+    if unsafe { libc::chdir(plan.workdir.as_ptr()) } != 0 {
+        fail(plan, Stage::Chdir, 0, errno());
+    }
+    if plan.sandboxed {
+        drop_capabilities(plan);
+        if let Err(e) = prctl(libc::PR_SET_NO_NEW_PRIVS, 1) {
+            fail(plan, Stage::NoNewPrivs, 0, e);
+        }
+        if let Some(fd) = plan.landlock_fd {
+            // SAFETY: integer arguments only.
+            let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) };
+            if r != 0 {
+                fail(plan, Stage::Landlock, 0, errno());
+            }
+        }
+        for (i, program) in plan.seccomp.iter().enumerate() {
+            let prog = SockFprog {
+                len: program.len() as u16,
+                filter: program.as_ptr().cast(),
+            };
+            // SAFETY: `prog` points at a BPF program built before the fork, valid and
+            // unchanged for the call's duration; the kernel copies it.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0u32,
+                    &prog as *const SockFprog,
+                )
+            };
+            if r != 0 {
+                fail(plan, Stage::Seccomp, i as u16, errno());
+            }
+        }
+    }
+    // SAFETY: `program`, `argv` and `envp` are NUL-terminated strings and null-terminated
+    // pointer arrays built before the fork, alive until exec replaces this image.
+    unsafe {
+        libc::execve(
+            exec.program,
+            exec.argv.as_ptr().cast::<*const c_char>(),
+            exec.envp.as_ptr().cast::<*const c_char>(),
+        )
+    };
+    fail(plan, Stage::Exec, 0, errno())
+}
+
+/// Empties every capability set, the bounding set and the ambient set: the command may be
+/// root inside its user namespace, and root with capabilities could undo the mounts.
+fn drop_capabilities(plan: &ChildPlan) {
+    for cap in 0..=plan.last_cap {
+        if let Err(e) = prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap))
+            && e != libc::EINVAL
+        {
+            fail(plan, Stage::Capabilities, cap as u16, e);
+        }
+    }
+    // SAFETY: integer arguments only.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` are valid version-3 capability structs for the call.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) };
+    if r != 0 {
+        fail(plan, Stage::Capabilities, 999, errno());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_paths_are_written_without_allocating() {
+        let mut buf = [0u8; 16];
+        let end = put_decimal(&mut buf, 2, 40_213);
+        assert_eq!(&buf[2..end], b"40213");
+        assert_eq!(put_decimal(&mut buf, 0, 0), 1);
+        assert_eq!(buf[0], b'0');
+    }
+
+    #[test]
+    fn the_stat_line_is_read_past_a_hostile_command_name() {
+        // This process's own stat: its parent is the test runner.
+        let (ppid, running) = stat_of(std::process::id()).unwrap();
+        // SAFETY: getppid takes no arguments.
+        assert_eq!(ppid, unsafe { libc::getppid() });
+        assert!(running);
+        assert_eq!(parse_pid(b"123"), Some(123));
+        assert_eq!(parse_pid(b"self"), None);
+        assert_eq!(parse_pid(b""), None);
+    }
+
+    #[test]
+    fn the_proc_listing_finds_this_process() {
+        let mut found = false;
+        for_each_pid(|pid| found |= pid == std::process::id());
+        assert!(found);
+    }
+}

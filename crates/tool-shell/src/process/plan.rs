@@ -1,0 +1,230 @@
+//! Everything the child processes need, built before the fork: after it they may not
+//! allocate, so every string is already a C string and every program already compiled.
+
+use libc::{c_char, pid_t};
+use seccompiler::BpfProgram;
+use std::ffi::CString;
+use std::os::fd::RawFd;
+
+/// The step of the setup a report names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Stage {
+    /// No step (exit reports).
+    None = 0,
+    /// `PR_SET_PDEATHSIG`.
+    ParentDeathSignal = 1,
+    /// `setsid`.
+    Setsid = 2,
+    /// `unshare` of the user and mount namespaces.
+    Unshare = 3,
+    /// `/proc/self/setgroups`.
+    Setgroups = 4,
+    /// `/proc/self/uid_map`.
+    UidMap = 5,
+    /// `/proc/self/gid_map`.
+    GidMap = 6,
+    /// Making the mounts private.
+    MountPrivate = 7,
+    /// A bind mount.
+    Bind = 8,
+    /// Making a mount read-only (`mount_setattr`).
+    ReadOnly = 9,
+    /// Covering a hidden path.
+    Hide = 10,
+    /// Mounting `/proc` for the PID namespace.
+    MountProc = 11,
+    /// Forking init.
+    ForkInit = 12,
+    /// Forking the command.
+    ForkCommand = 13,
+    /// `PR_SET_CHILD_SUBREAPER`.
+    Subreaper = 14,
+    /// `signalfd`.
+    SignalFd = 15,
+    /// Redirecting stdin, stdout, stderr.
+    Dup = 16,
+    /// `chdir` to the working directory.
+    Chdir = 17,
+    /// Dropping capabilities.
+    Capabilities = 18,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs = 19,
+    /// `landlock_restrict_self`.
+    Landlock = 20,
+    /// Installing a seccomp filter.
+    Seccomp = 21,
+    /// `execve`.
+    Exec = 22,
+}
+
+impl Stage {
+    pub(crate) fn from_u8(n: u8) -> Stage {
+        use Stage::*;
+        [
+            None,
+            ParentDeathSignal,
+            Setsid,
+            Unshare,
+            Setgroups,
+            UidMap,
+            GidMap,
+            MountPrivate,
+            Bind,
+            ReadOnly,
+            Hide,
+            MountProc,
+            ForkInit,
+            ForkCommand,
+            Subreaper,
+            SignalFd,
+            Dup,
+            Chdir,
+            Capabilities,
+            NoNewPrivs,
+            Landlock,
+            Seccomp,
+            Exec,
+        ]
+        .get(usize::from(n))
+        .copied()
+        .unwrap_or(None)
+    }
+
+    /// What the step is, for a message.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Stage::None => "the setup",
+            Stage::ParentDeathSignal => "the parent-death signal (PR_SET_PDEATHSIG)",
+            Stage::Setsid => "a new session (setsid)",
+            Stage::Unshare => "user and mount namespaces (unshare)",
+            Stage::Setgroups => "the user namespace's setgroups policy",
+            Stage::UidMap => "the user namespace's uid map",
+            Stage::GidMap => "the user namespace's gid map",
+            Stage::MountPrivate => "private mount propagation",
+            Stage::Bind => "a bind mount",
+            Stage::ReadOnly => "a read-only mount (mount_setattr)",
+            Stage::Hide => "a mount over a hidden path",
+            Stage::MountProc => "/proc for the PID namespace",
+            Stage::ForkInit => "forking the namespace's init",
+            Stage::ForkCommand => "forking the command",
+            Stage::Subreaper => "a child subreaper (PR_SET_CHILD_SUBREAPER)",
+            Stage::SignalFd => "a signalfd for SIGCHLD",
+            Stage::Dup => "redirecting stdin, stdout and stderr",
+            Stage::Chdir => "the working directory",
+            Stage::Capabilities => "dropping capabilities",
+            Stage::NoNewPrivs => "no_new_privs (PR_SET_NO_NEW_PRIVS)",
+            Stage::Landlock => "Landlock (landlock_restrict_self)",
+            Stage::Seccomp => "the seccomp filter",
+            Stage::Exec => "running the shell (execve)",
+        }
+    }
+
+    /// Whether a failure here means the sandbox could not be set up (as opposed to the
+    /// command not starting for an ordinary reason: a missing working directory, say).
+    pub(crate) fn is_sandbox(self) -> bool {
+        !matches!(self, Stage::Chdir | Stage::Exec | Stage::Dup)
+    }
+}
+
+/// One mount of the sandbox, made in the keeper's new mount namespace.
+#[derive(Debug)]
+pub(crate) enum MountOp {
+    /// Stop mounts from propagating back to the host (`MS_REC | MS_PRIVATE` on `/`).
+    MakePrivate,
+    /// Bind a path onto itself, recursively: a mount point cannot be renamed or removed, and
+    /// a read-only one cannot be written.
+    BindSelf {
+        /// The path (absolute).
+        path: CString,
+        /// Make it read-only (with everything mounted below it).
+        read_only: bool,
+    },
+    /// Bind an empty, inaccessible file or directory over a hidden path, read-only.
+    Cover {
+        /// The empty stand-in.
+        source: CString,
+        /// The hidden path.
+        target: CString,
+    },
+}
+
+/// The namespaces and mounts of a sandboxed call.
+#[derive(Debug)]
+pub(crate) struct Namespaces {
+    /// `CLONE_NEWUSER | CLONE_NEWNS | …` (the PID namespace is added, and dropped if the
+    /// kernel refuses it).
+    pub flags: libc::c_int,
+    /// `deny`.
+    pub setgroups: String,
+    /// `UID UID 1`: the command keeps its uid inside.
+    pub uid_map: String,
+    /// `GID GID 1`.
+    pub gid_map: String,
+    /// The mounts, in order.
+    pub mounts: Vec<MountOp>,
+}
+
+/// Everything the forked processes use.
+#[derive(Debug)]
+pub(crate) struct ChildPlan {
+    /// dsh's pid, to check after the fork that dsh is still the parent.
+    pub parent_pid: pid_t,
+    /// `/dev/null`, read-only: the command's stdin.
+    pub stdin_null: RawFd,
+    /// The write ends of the output pipes.
+    pub stdout_w: RawFd,
+    /// The write end of the stderr pipe.
+    pub stderr_w: RawFd,
+    /// The write end of the report pipe.
+    pub report_w: RawFd,
+    /// The read end of the control pipe.
+    pub control_r: RawFd,
+    /// The Landlock ruleset, when sandboxed.
+    pub landlock_fd: Option<RawFd>,
+    /// None: no namespaces (`full`).
+    pub namespaces: Option<Namespaces>,
+    /// Mount a fresh `/proc` in the PID namespace.
+    pub mount_proc: bool,
+    /// Drop capabilities, set `no_new_privs`, restrict with Landlock and seccomp.
+    pub sandboxed: bool,
+    /// The highest capability number (`/proc/sys/kernel/cap_last_cap`).
+    pub last_cap: u32,
+    /// The seccomp filters, installed in order.
+    pub seccomp: Vec<BpfProgram>,
+    /// The command's working directory.
+    pub workdir: CString,
+    /// The shell's path.
+    pub program: CString,
+    /// The shell's arguments, `argv[0]` first.
+    pub argv: Vec<CString>,
+    /// The environment, `NAME=value`.
+    pub envp: Vec<CString>,
+}
+
+/// The pointer arrays `execve` takes, made on the spawner thread right before the fork (raw
+/// pointers cannot cross threads, and nothing may be built after the fork).
+pub(crate) struct ExecPtrs {
+    /// The program.
+    pub program: *const c_char,
+    /// `argv`, null-terminated.
+    pub argv: Vec<*const c_char>,
+    /// `envp`, null-terminated.
+    pub envp: Vec<*const c_char>,
+}
+
+impl ExecPtrs {
+    /// Pointers into `plan`'s strings; valid while `plan` lives.
+    pub(crate) fn of(plan: &ChildPlan) -> ExecPtrs {
+        let list = |strings: &[CString]| {
+            let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+            ptrs.push(std::ptr::null());
+            ptrs
+        };
+        ExecPtrs {
+            program: plan.program.as_ptr(),
+            argv: list(&plan.argv),
+            envp: list(&plan.envp),
+        }
+    }
+}

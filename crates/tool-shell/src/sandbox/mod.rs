@@ -1,0 +1,296 @@
+//! The OS sandbox of one call, prepared in dsh before the fork.
+//!
+//! Two walls, each enough on its own for what it covers:
+//!
+//! - **A mount namespace** (in a user namespace, so no privilege is needed): the workspace and
+//!   every ancestor of a protected path are bound onto themselves (a mount point cannot be
+//!   renamed or removed, so `mv .git x` cannot carry `.git/hooks` away), read-only paths are
+//!   bound read-only, hidden paths are covered by an empty, unreadable stand-in. In
+//!   `read-only` mode the workspace itself is read-only.
+//! - **Landlock**: reading is allowed everywhere, writing only in the workspace (not in
+//!   `read-only`), the call's private temp folder and a few devices; with the network off, no
+//!   TCP and no abstract Unix socket outside; signals only inside. Landlock grants whole
+//!   subtrees, which is why the mounts carry the exceptions inside the workspace.
+//!
+//! With the network off, a seccomp filter (`seccomp.rs`: no socket but AF_UNIX, no io_uring,
+//! no ptrace) and Landlock's TCP rules and abstract-socket scope are added; on a kernel whose
+//! Landlock cannot scope abstract sockets, a network namespace (no interface but a down
+//! loopback) as well. The command also loses every capability and gets
+//! `no_new_privs`. Anything that cannot be set up makes the call `DENIED`, never unsandboxed.
+
+mod landlock;
+mod seccomp;
+
+use crate::config::{SandboxConfig, SandboxMode};
+use crate::process::plan::{MountOp, Namespaces};
+use seccompiler::BpfProgram;
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The sandbox of one call, ready for the fork.
+pub(crate) struct Prepared {
+    /// The Landlock ruleset.
+    pub landlock: Option<OwnedFd>,
+    /// The seccomp filters.
+    pub seccomp: Vec<BpfProgram>,
+    /// Namespaces and mounts (none in `full`).
+    pub namespaces: Option<Namespaces>,
+    /// Mount `/proc` afresh inside the PID namespace.
+    pub mount_proc: bool,
+    /// Whether the command is sandboxed at all.
+    pub sandboxed: bool,
+}
+
+/// The call's private folder: `tmp/` (the command's `TMPDIR`, writable) and `hide/` (the
+/// empty stand-ins mounted over hidden paths, which the command cannot touch).
+pub(crate) struct PrivateDir {
+    dir: tempfile::TempDir,
+}
+
+impl PrivateDir {
+    pub(crate) fn new() -> std::io::Result<PrivateDir> {
+        let dir = tempfile::Builder::new().prefix("dsh-shell-").tempdir()?;
+        std::fs::create_dir(dir.path().join("tmp"))?;
+        let hide = dir.path().join("hide");
+        std::fs::create_dir(&hide)?;
+        let empty_dir = hide.join("dir");
+        std::fs::create_dir(&empty_dir)?;
+        std::fs::set_permissions(&empty_dir, std::fs::Permissions::from_mode(0o000))?;
+        let empty_file = hide.join("file");
+        std::fs::File::create(&empty_file)?;
+        std::fs::set_permissions(&empty_file, std::fs::Permissions::from_mode(0o000))?;
+        Ok(PrivateDir { dir })
+    }
+
+    /// The command's temp folder.
+    pub(crate) fn tmp(&self) -> PathBuf {
+        self.dir.path().join("tmp")
+    }
+
+    fn stand_in(&self, dir: bool) -> PathBuf {
+        self.dir
+            .path()
+            .join("hide")
+            .join(if dir { "dir" } else { "file" })
+    }
+}
+
+fn cstring(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{} holds a NUL byte", path.display()))
+}
+
+/// `path` made absolute (from the workspace) with its symlinks resolved, if it exists.
+fn existing(workspace: &Path, path: &Path) -> Option<PathBuf> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        workspace.join(path)
+    };
+    absolute.canonicalize().ok()
+}
+
+/// The mounts: private propagation, the workspace, then each protected path's ancestors inside
+/// the workspace, then the read-only and hidden paths, shallowest first.
+fn mounts(
+    config: &SandboxConfig,
+    workspace: &Path,
+    protected: &[PathBuf],
+    private: &PrivateDir,
+) -> Result<Vec<MountOp>, String> {
+    let mut ops = vec![
+        MountOp::MakePrivate,
+        MountOp::BindSelf {
+            path: cstring(workspace)?,
+            read_only: config.mode == SandboxMode::ReadOnly,
+        },
+    ];
+    let read_only: BTreeSet<PathBuf> = protected
+        .iter()
+        .chain(&config.read_only_paths)
+        .filter_map(|p| existing(workspace, p))
+        .filter(|p| p != workspace)
+        .collect();
+    let hidden: BTreeSet<PathBuf> = config
+        .hidden_paths
+        .iter()
+        .filter_map(|p| existing(workspace, p))
+        .collect();
+    let mut ancestors = BTreeSet::new();
+    for path in read_only.iter().chain(&hidden) {
+        if let Ok(inside) = path.strip_prefix(workspace) {
+            let mut at = workspace.to_path_buf();
+            let parts: Vec<_> = inside.components().collect();
+            for part in parts.iter().take(parts.len().saturating_sub(1)) {
+                at.push(part);
+                ancestors.insert(at.clone());
+            }
+        }
+    }
+    let depth = |p: &PathBuf| p.components().count();
+    let mut ancestors: Vec<PathBuf> = ancestors
+        .into_iter()
+        .filter(|a| !read_only.contains(a) && !hidden.contains(a))
+        .collect();
+    ancestors.sort_by_key(depth);
+    for path in ancestors {
+        ops.push(MountOp::BindSelf {
+            path: cstring(&path)?,
+            read_only: false,
+        });
+    }
+    let mut covered: Vec<(PathBuf, bool)> = read_only
+        .into_iter()
+        .map(|p| (p, false))
+        .chain(hidden.into_iter().map(|p| (p, true)))
+        .collect();
+    covered.sort_by_key(|(p, _)| depth(p));
+    for (path, hide) in covered {
+        if hide {
+            ops.push(MountOp::Cover {
+                source: cstring(&private.stand_in(path.is_dir()))?,
+                target: cstring(&path)?,
+            });
+        } else {
+            ops.push(MountOp::BindSelf {
+                path: cstring(&path)?,
+                read_only: true,
+            });
+        }
+    }
+    Ok(ops)
+}
+
+fn network_filter() -> Result<BpfProgram, String> {
+    static FILTER: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    FILTER.get_or_init(seccomp::network_off).clone()
+}
+
+/// Prepares the sandbox of one call. `protected` are the paths the tool itself keeps
+/// read-only (`.git/hooks`, `.git/config`, the spill folder). An `Err` names what is missing;
+/// the call is then `DENIED`.
+pub(crate) fn prepare(
+    config: &SandboxConfig,
+    workspace: &Path,
+    protected: &[PathBuf],
+    private: &PrivateDir,
+) -> Result<Prepared, String> {
+    if config.mode == SandboxMode::Full {
+        return Ok(Prepared {
+            landlock: None,
+            seccomp: Vec::new(),
+            namespaces: None,
+            mount_proc: false,
+            sandboxed: false,
+        });
+    }
+    if config.pretend_no_landlock {
+        return Err("Landlock is not available in this kernel (simulated)".into());
+    }
+    let tmp = private.tmp();
+    let mut writable = vec![tmp.as_path()];
+    if config.mode == SandboxMode::WorkspaceWrite {
+        writable.push(workspace);
+    }
+    let landlock = landlock::ruleset(&landlock::Rules {
+        writable,
+        network_off: !config.network,
+    })?;
+    let seccomp = if config.network {
+        Vec::new()
+    } else {
+        vec![network_filter()?]
+    };
+    // The command keeps its own uid and gid inside the user namespace.
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .map_err(|e| format!("/proc is not readable: {e}"))?;
+    let gid = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
+        .map_err(|e| format!("/proc is not readable: {e}"))?;
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+    if !config.network && !landlock::scopes_abstract_sockets() {
+        // Without Landlock's scoping, only a network namespace keeps abstract Unix sockets
+        // (and anything the seccomp filter might miss) inside.
+        flags |= libc::CLONE_NEWNET;
+    }
+    Ok(Prepared {
+        landlock: Some(landlock),
+        seccomp,
+        namespaces: Some(Namespaces {
+            flags,
+            setgroups: "deny".into(),
+            uid_map: format!("{uid} {uid} 1"),
+            gid_map: format!("{gid} {gid} 1"),
+            mounts: mounts(config, workspace, protected, private)?,
+        }),
+        mount_proc: true,
+        sandboxed: true,
+    })
+}
+
+/// The highest capability number of this kernel.
+pub(crate) fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(ops: &[MountOp]) -> Vec<(String, &'static str)> {
+        ops.iter()
+            .filter_map(|op| match op {
+                MountOp::MakePrivate => None,
+                MountOp::BindSelf { path, read_only } => Some((
+                    path.to_string_lossy().into_owned(),
+                    if *read_only { "ro" } else { "rw" },
+                )),
+                MountOp::Cover { target, .. } => {
+                    Some((target.to_string_lossy().into_owned(), "hidden"))
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ancestors_of_protected_paths_become_mount_points_first() {
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::write(root.join(".git/config"), "").unwrap();
+        std::fs::create_dir_all(root.join("a/b/secret")).unwrap();
+        let private = PrivateDir::new().unwrap();
+        let config = SandboxConfig::workspace_write()
+            .hidden_path("a/b/secret")
+            .read_only_path("missing/too");
+        let ops = mounts(
+            &config,
+            &root,
+            &[PathBuf::from(".git/hooks"), PathBuf::from(".git/config")],
+            &private,
+        )
+        .unwrap();
+        let r = |p: &str| root.join(p).to_string_lossy().into_owned();
+        assert_eq!(
+            paths(&ops),
+            vec![
+                (root.to_string_lossy().into_owned(), "rw"),
+                (r(".git"), "rw"),
+                (r("a"), "rw"),
+                (r("a/b"), "rw"),
+                (r(".git/config"), "ro"),
+                (r(".git/hooks"), "ro"),
+                (r("a/b/secret"), "hidden"),
+            ]
+        );
+    }
+}

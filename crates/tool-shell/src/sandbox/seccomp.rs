@@ -1,0 +1,72 @@
+//! The seccomp filter of a command with the network off: no socket but AF_UNIX (socketpair
+//! and local sockets still work), no io_uring (it can open sockets past this filter), no
+//! ptrace or process_vm_* (no reaching into another process). Refused calls fail with EPERM, an
+//! ordinary error the command reports.
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+use std::collections::BTreeMap;
+
+fn arch() -> Result<TargetArch, String> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(TargetArch::aarch64)
+    } else if cfg!(target_arch = "riscv64") {
+        Ok(TargetArch::riscv64)
+    } else {
+        Err(format!(
+            "seccomp filters are not built for {}",
+            std::env::consts::ARCH
+        ))
+    }
+}
+
+/// The network-off filter, compiled.
+pub(crate) fn network_off() -> Result<BpfProgram, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    // Any socket whose family is not AF_UNIX: AF_INET, AF_INET6, AF_NETLINK, AF_VSOCK, raw
+    // packet sockets and the rest.
+    let not_unix = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Ne,
+        libc::AF_UNIX as u64,
+    )
+    .map_err(|e| e.to_string())?;
+    rules.insert(
+        libc::SYS_socket,
+        vec![SeccompRule::new(vec![not_unix]).map_err(|e| e.to_string())?],
+    );
+    for call in [
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+    ] {
+        rules.insert(call, vec![]);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(|e| e.to_string())?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_filter_compiles() {
+        let program = super::network_off().unwrap();
+        assert!(!program.is_empty());
+    }
+}
