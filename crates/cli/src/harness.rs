@@ -127,12 +127,19 @@ struct Parts {
     toolset: FsToolset,
     mcp: Option<McpToolSource>,
     log: Option<SessionLog>,
+    /// The log file, when this run created it: a run that fails to start leaves no empty log.
+    created: Option<PathBuf>,
 }
 
 impl Parts {
     async fn stop(self) {
         if let Some(log) = self.log {
             let _ = log.close().await;
+        }
+        if let Some(path) = self.created
+            && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0)
+        {
+            let _ = std::fs::remove_file(&path);
         }
         stop_tools(&self.toolset, self.mcp.as_ref()).await;
     }
@@ -175,6 +182,8 @@ pub async fn start(
     let servers = match &options.mcp {
         Some(file) => {
             let mut servers = mcp_servers(file, &root)?;
+            // Every configured server's command, started this run or not: a later run may.
+            servers.command_paths().iter().for_each(|p| own.add(p));
             if let Some(rules) = &rules {
                 servers.retain(|server| {
                     let prefix = format!("mcp__{}__", server.name);
@@ -188,7 +197,6 @@ pub async fn start(
                     runs
                 });
             }
-            servers.command_paths().iter().for_each(|p| own.add(p));
             Some(servers)
         }
         None => None,
@@ -204,6 +212,7 @@ pub async fn start(
         toolset,
         mcp: None,
         log: None,
+        created: None,
     };
     match register_builtins(&registry, &root, &own, rules.as_ref(), options) {
         Ok(spill_dir) => own.add(&spill_dir),
@@ -218,6 +227,9 @@ pub async fn start(
     }
 
     // The log before the servers: its lock says whether this run may go on at all.
+    if std::fs::symlink_metadata(log_path).is_err() {
+        parts.created = Some(log_path.to_path_buf());
+    }
     let recovery = match SessionLog::open_file(log_path, options.durability.into(), None).await {
         Ok((log, recovery)) => {
             parts.log = Some(log);

@@ -97,3 +97,94 @@ fn a_script_cannot_write_the_log_it_is_recorded_in() {
             .starts_with("allow = ")
     );
 }
+
+#[test]
+fn hook_scripts_and_mcp_commands_named_by_the_settings_are_dsh_s_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join(".claude/hooks")).unwrap();
+    std::fs::create_dir_all(ws.join("tools")).unwrap();
+    let hook = ws.join(".claude/hooks/audit.sh");
+    std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+    let server = ws.join("tools/server.py");
+    std::fs::write(&server, "print('never run')\n").unwrap();
+    let settings = ws.join(".claude/settings.json");
+    std::fs::write(
+        &settings,
+        json!({"hooks": {"PreToolUse": [{"matcher": "glob", "hooks": [
+            {"type": "command", "command": "sh \"$CLAUDE_PROJECT_DIR\"/.claude/hooks/audit.sh"}
+        ]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let mcp = ws.join("mcp.json");
+    std::fs::write(
+        &mcp,
+        json!({"mcpServers": {"local": {"command": "python3", "args": ["tools/server.py"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    // The server is never started: the policy denies all of its tools.
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, r#"deny = ["mcp__local__*"]"#).unwrap();
+    let log = dir.path().join("session.jsonl");
+    let mut lines = Vec::new();
+    for (i, path) in [
+        ".claude/hooks/audit.sh",
+        "tools/server.py",
+        ".claude/settings.json",
+    ]
+    .iter()
+    .enumerate()
+    {
+        lines.push(line(
+            &format!("w{i}"),
+            "write_file",
+            json!({"path": path, "content": "exit 0 # replaced"}),
+        ));
+    }
+    lines.push(line(
+        "sh",
+        "shell",
+        json!({"command": "echo replaced > .claude/hooks/audit.sh; echo replaced > tools/server.py"}),
+    ));
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let t = transcript(dir.path(), "t.jsonl", &refs);
+    let out = run(
+        &t,
+        &ws,
+        &log,
+        &[
+            "--hooks",
+            settings.to_str().unwrap(),
+            "--mcp",
+            mcp.to_str().unwrap(),
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("`local` not started"),
+        "a server none of whose tools may run is not started: {}",
+        out.stderr
+    );
+    for i in 0..3 {
+        let content = out.tool_content(&format!("w{i}"));
+        assert!(content.starts_with("DENIED"), "w{i}: {content}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&hook).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&server).unwrap(),
+        "print('never run')\n"
+    );
+    assert!(
+        !std::fs::read_to_string(&settings)
+            .unwrap()
+            .contains("replaced")
+    );
+    assert_eq!(check(&log).code, 0);
+}

@@ -15,10 +15,6 @@ use tokio::sync::Semaphore;
 /// Scripts one [`RunCode`] (and its clones) runs at once unless told otherwise.
 pub const DEFAULT_MAX_SCRIPTS: usize = 8;
 
-/// How much later than the script's own limit the pipeline's timeout wrapper (when one is
-/// registered) gives up: the script's own, more telling error normally comes first.
-const WRAPPER_BACKSTOP_MS: u64 = 500;
-
 const DESCRIPTION: &str = "Runs JavaScript (ES2023) with top-level await. `code` is the body \
 of an async function: `return` a JSON value to answer. Every other tool is an async function \
 of the `tools` object: `const r = await tools.read_file({ path: \"a.txt\" })` gives \
@@ -132,7 +128,14 @@ impl ToolDefinition for RunCode {
     }
 
     fn timeout_ms(&self) -> Option<u64> {
-        Some(self.limits.timeout_ms().saturating_add(WRAPPER_BACKSTOP_MS))
+        Some(self.limits.timeout_ms())
+    }
+
+    /// The script's deadline is kept by `run_code` itself (its worker is told, then killed),
+    /// and its answer says more than the wrapper's: a timeout wrapper backs it up instead of
+    /// cutting it at the deadline, and a smaller cap still cuts it.
+    fn owns_deadline(&self) -> bool {
+        true
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {

@@ -200,6 +200,7 @@ struct GenCall {
     id: String,
     name: String,
     arguments: Value,
+    arguments_text: Option<String>,
     agent: String,
     parent: Option<String>,
     dispatches: Vec<(String, Value, Vec<ContentBlock>, Option<ToolError>)>,
@@ -211,16 +212,23 @@ struct GenCall {
 fn any_call() -> impl Strategy<Value = GenCall> {
     (
         (any_text(), any_text(), any_value(), any_text()),
-        prop::option::of(any_text()),
+        (prop::option::of(any_text()), prop::option::of(any_text())),
         prop::collection::vec((any_text(), any_value(), any_blocks(), any_error()), 0..2),
         (any_blocks(), any_error()),
         prop::option::of(prop::collection::vec((any_text(), any_value()), 0..3)),
     )
         .prop_map(
-            |((id, name, arguments, agent), parent, dispatches, (message, error), meta)| GenCall {
+            |(
+                (id, name, arguments, agent),
+                (parent, arguments_text),
+                dispatches,
+                (message, error),
+                meta,
+            )| GenCall {
                 id,
                 name,
                 arguments,
+                arguments_text,
                 agent,
                 parent,
                 dispatches,
@@ -238,16 +246,17 @@ fn step_bodies(calls: &[GenCall], users: &[(String, String)]) -> Vec<(usize, Eve
     let mut out = Vec::new();
     let id = |i: usize, c: &GenCall| format!("{}#{i}", c.id);
     for (i, c) in calls.iter().enumerate() {
-        out.push((
-            usize::MAX,
-            call_with(
-                &id(i, c),
-                &c.name,
-                c.arguments.clone(),
-                &c.agent,
-                c.parent.clone(),
-            ),
-        ));
+        let mut call = call_with(
+            &id(i, c),
+            &c.name,
+            c.arguments.clone(),
+            &c.agent,
+            c.parent.clone(),
+        );
+        if let EventBody::ToolCall(d) = &mut call {
+            d.arguments_text = c.arguments_text.clone();
+        }
+        out.push((usize::MAX, call));
     }
     for (i, c) in calls.iter().enumerate() {
         for (j, (name, arguments, message, error)) in c.dispatches.iter().enumerate() {
