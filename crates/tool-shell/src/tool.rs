@@ -55,8 +55,13 @@ pub struct ShellTool {
 /// Finds `bash` (or `sh` where there is none) on `PATH`.
 fn find_shell() -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    find_shell_in(&path)
+}
+
+/// `bash` on `path` if any folder holds one, else `sh`, else `/bin/sh`.
+fn find_shell_in(path: &std::ffi::OsStr) -> PathBuf {
     for name in ["bash", "sh"] {
-        for dir in std::env::split_paths(&path) {
+        for dir in std::env::split_paths(path) {
             let candidate = dir.join(name);
             if candidate.is_file() {
                 return candidate;
@@ -724,6 +729,29 @@ impl ToolDefinition for ShellTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bash_is_preferred_and_sh_is_the_fallback() {
+        let only_sh = tempfile::tempdir().unwrap();
+        let with_bash = tempfile::tempdir().unwrap();
+        let empty = tempfile::tempdir().unwrap();
+        std::fs::write(only_sh.path().join("sh"), "").unwrap();
+        std::fs::write(with_bash.path().join("bash"), "").unwrap();
+        let path = |dirs: &[&Path]| std::env::join_paths(dirs).unwrap();
+        assert_eq!(
+            find_shell_in(&path(&[only_sh.path()])),
+            only_sh.path().join("sh")
+        );
+        assert_eq!(
+            find_shell_in(&path(&[only_sh.path(), with_bash.path()])),
+            with_bash.path().join("bash"),
+            "bash anywhere on PATH wins over sh earlier on it"
+        );
+        assert_eq!(
+            find_shell_in(&path(&[empty.path()])),
+            PathBuf::from("/bin/sh")
+        );
+    }
 
     #[test]
     fn signals_have_names() {
