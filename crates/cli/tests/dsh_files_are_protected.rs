@@ -133,6 +133,7 @@ fn hook_scripts_and_mcp_commands_named_by_the_settings_are_dsh_s_own_files() {
         ".claude/hooks/audit.sh",
         "tools/server.py",
         ".claude/settings.json",
+        "mcp.json",
     ]
     .iter()
     .enumerate()
@@ -146,7 +147,7 @@ fn hook_scripts_and_mcp_commands_named_by_the_settings_are_dsh_s_own_files() {
     lines.push(line(
         "sh",
         "shell",
-        json!({"command": "echo replaced > .claude/hooks/audit.sh; echo replaced > tools/server.py"}),
+        json!({"command": "echo replaced > .claude/hooks/audit.sh; echo replaced > tools/server.py; echo replaced > mcp.json"}),
     ));
     let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
     let t = transcript(dir.path(), "t.jsonl", &refs);
@@ -169,7 +170,7 @@ fn hook_scripts_and_mcp_commands_named_by_the_settings_are_dsh_s_own_files() {
         "a server none of whose tools may run is not started: {}",
         out.stderr
     );
-    for i in 0..3 {
+    for i in 0..4 {
         let content = out.tool_content(&format!("w{i}"));
         assert!(content.starts_with("DENIED"), "w{i}: {content}");
     }
@@ -185,6 +186,12 @@ fn hook_scripts_and_mcp_commands_named_by_the_settings_are_dsh_s_own_files() {
         !std::fs::read_to_string(&settings)
             .unwrap()
             .contains("replaced")
+    );
+    assert!(
+        std::fs::read_to_string(&mcp)
+            .unwrap()
+            .contains("mcpServers"),
+        "the MCP config was replaced"
     );
     assert_eq!(check(&log).code, 0);
 }
