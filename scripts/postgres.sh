@@ -58,7 +58,13 @@ case "$cmd" in
       as_owner "$bin/initdb" -D "$dir/data" -A trust -U dsh --no-instructions >"$dir/initdb.log" 2>&1 \
         || { cat "$dir/initdb.log" >&2; die "initdb failed"; }
     fi
-    port=$(free_port)
+    # A cluster started again (a test restarting the server under a session) keeps its port,
+    # so the URL its clients hold stays good.
+    port=""
+    [ -f "$dir/port" ] && port=$(cat "$dir/port")
+    [ -n "$port" ] || port=$(free_port)
+    echo "$port" > "$dir/port"
+    [ "$(id -u)" = 0 ] && chown postgres "$dir/port"
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c shared_buffers=64MB" start >/dev/null \
       || { cat "$dir/server.log" >&2; die "the server did not start"; }

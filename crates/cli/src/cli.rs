@@ -85,6 +85,14 @@ pub enum Command {
     /// nothing to repair); a log that is corrupt in the middle is left untouched (exit 3).
     #[command(after_help = EXIT_CODES)]
     Recover(RecoverArgs),
+    /// Write a `--store` session out as JSON Lines on stdout: byte for byte the log file the
+    /// same run would have written.
+    #[command(after_help = EXIT_CODES)]
+    Export(ExportArgs),
+    /// List the sessions of a store, one JSON object a line (`session`, `events`, `epoch`,
+    /// `holder`: the writer holding its lease now, `updated_at`), or prune old ones.
+    #[command(after_help = EXIT_CODES)]
+    Sessions(SessionsArgs),
     /// Run a bundled example transcript on a fresh copy of a small sample project.
     ///
     /// Copies the sample project into a new temporary directory, runs the example (reads,
@@ -104,10 +112,34 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub workspace: PathBuf,
     /// The session log (JSON Lines); created if missing, recovered and continued if present.
-    #[arg(long, value_name = "LOG")]
-    pub log: PathBuf,
+    #[arg(
+        long,
+        value_name = "LOG",
+        required_unless_present = "store",
+        conflicts_with = "store"
+    )]
+    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
     #[command(flatten)]
     pub options: PipelineOptions,
+}
+
+/// A session in a PostgreSQL store, in place of a log file.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// A PostgreSQL session store (`postgres://user@host:port/db`), in place of a log file:
+    /// any node reaching it can resume any session. Name the session with `--session`.
+    #[arg(long, value_name = "URL", requires = "session")]
+    pub store: Option<String>,
+    /// The session's id in `--store` (1-128 of `[A-Za-z0-9_.-]`).
+    #[arg(long, value_name = "ID", requires = "store")]
+    pub session: Option<String>,
+    /// How long a writer's lease on a `--store` session lasts without renewal (the writer
+    /// renews it in the background). Opening waits up to twice this for another writer's
+    /// lease, then fails saying who holds it.
+    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub lease_ms: u64,
 }
 
 /// Options shared by `run` and `demo`.
@@ -170,8 +202,14 @@ pub struct PipelineOptions {
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// The session log.
-    #[arg(value_name = "LOG")]
-    pub log: PathBuf,
+    #[arg(
+        value_name = "LOG",
+        required_unless_present = "store",
+        conflicts_with = "store"
+    )]
+    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// The format every step is printed in (the log does not record the transcript's).
     #[arg(long, value_enum, default_value_t = FormatArg::Openai)]
     pub format: FormatArg,
@@ -181,16 +219,51 @@ pub struct ReplayArgs {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The session log.
-    #[arg(value_name = "LOG")]
-    pub log: PathBuf,
+    #[arg(
+        value_name = "LOG",
+        required_unless_present = "store",
+        conflicts_with = "store"
+    )]
+    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// `dsh recover`.
 #[derive(Debug, Args)]
 pub struct RecoverArgs {
     /// The session log (it must exist).
-    #[arg(value_name = "LOG")]
-    pub log: PathBuf,
+    #[arg(
+        value_name = "LOG",
+        required_unless_present = "store",
+        conflicts_with = "store"
+    )]
+    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `dsh export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The PostgreSQL session store (`postgres://user@host:port/db`).
+    #[arg(long, value_name = "URL")]
+    pub store: String,
+    /// The session to write out.
+    #[arg(long, value_name = "ID")]
+    pub session: String,
+}
+
+/// `dsh sessions`.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// The PostgreSQL session store (`postgres://user@host:port/db`).
+    #[arg(long, value_name = "URL")]
+    pub store: String,
+    /// Delete the sessions (and their events) not changed for DAYS days and not held by a
+    /// writer, instead of listing.
+    #[arg(long, value_name = "DAYS")]
+    pub prune_older_than: Option<u32>,
 }
 
 /// `dsh demo`.

@@ -78,7 +78,7 @@ pub fn demo(rt: &Runtime, args: &DemoArgs, out: &mut JsonLines) -> Result<u8, Cl
         RunPlan {
             transcript: TranscriptSource::Bundled { name, text },
             workspace: &workspace,
-            log: &log,
+            log: &crate::store::LogTarget::File(log.clone()),
             options: &args.options,
         },
         out,

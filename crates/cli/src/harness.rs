@@ -154,17 +154,21 @@ impl Parts {
 /// config and the server commands it names, the spill folder) is protected.
 pub async fn start(
     workspace: &Path,
-    log_path: &Path,
+    target: &crate::store::LogTarget,
     options: &PipelineOptions,
     stdin_free: bool,
 ) -> Result<Running, CliError> {
+    let label = target.label();
+    let log_path = label.as_path();
     let root = workspace_dir(workspace)?;
     let rules = match &options.policy {
         Some(file) => Some(permission_rules(file, &root)?),
         None => None,
     };
     let mut own = OwnFiles::default();
-    own.add(log_path);
+    if let Some(file) = target.file() {
+        own.add(file);
+    }
     for file in [&options.policy, &options.hooks, &options.mcp]
         .into_iter()
         .flatten()
@@ -227,10 +231,12 @@ pub async fn start(
     }
 
     // The log before the servers: its lock says whether this run may go on at all.
-    if std::fs::symlink_metadata(log_path).is_err() {
-        parts.created = Some(log_path.to_path_buf());
+    if let Some(file) = target.file()
+        && std::fs::symlink_metadata(file).is_err()
+    {
+        parts.created = Some(file.to_path_buf());
     }
-    let recovery = match SessionLog::open_file(log_path, options.durability.into(), None).await {
+    let recovery = match target.open(options.durability.into()).await {
         Ok((log, recovery)) => {
             parts.log = Some(log);
             recovery

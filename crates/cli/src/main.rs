@@ -14,6 +14,7 @@ mod output;
 mod policy_paths;
 mod replay;
 mod run;
+mod store;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -46,19 +47,30 @@ fn main() -> ExitCode {
     };
     let mut out = JsonLines::default();
     let result: Result<u8, CliError> = match cli.command {
-        Command::Run(args) => run::run(
-            &rt,
-            run::RunPlan {
-                transcript: run::TranscriptSource::from_arg(&args.transcript),
-                workspace: &args.workspace,
-                log: &args.log,
-                options: &args.options,
-            },
-            &mut out,
-        ),
-        Command::Replay(args) => replay::replay(&args.log, args.format.into(), &mut out),
-        Command::Check(args) => replay::check(&args.log),
-        Command::Recover(args) => replay::recover(&args.log),
+        Command::Run(args) => {
+            store::LogTarget::new(args.log.as_ref(), &args.store).and_then(|log| {
+                run::run(
+                    &rt,
+                    run::RunPlan {
+                        transcript: run::TranscriptSource::from_arg(&args.transcript),
+                        workspace: &args.workspace,
+                        log: &log,
+                        options: &args.options,
+                    },
+                    &mut out,
+                )
+            })
+        }
+        Command::Replay(args) => store::LogTarget::new(args.log.as_ref(), &args.store)
+            .and_then(|log| replay::replay(&rt, &log, args.format.into(), &mut out)),
+        Command::Check(args) => store::LogTarget::new(args.log.as_ref(), &args.store)
+            .and_then(|log| replay::check(&rt, &log)),
+        Command::Recover(args) => store::LogTarget::new(args.log.as_ref(), &args.store)
+            .and_then(|log| replay::recover(&rt, &log)),
+        Command::Export(args) => store::export(&rt, &args.store, &args.session),
+        Command::Sessions(args) => {
+            store::sessions(&rt, &args.store, args.prune_older_than, &mut out)
+        }
         Command::Demo(args) => demo::demo(&rt, &args, &mut out),
     };
     // An approval prompt abandoned at its timeout still waits on stdin in a blocking thread;

@@ -2,15 +2,37 @@
 
 use crate::error::{CliError, EXIT_FAILED, EXIT_OK};
 use crate::output::{JsonLines, note, say};
+use crate::store::{self, LogTarget};
 use dsh_formats::{Format, render_step};
 use dsh_session::check::Violation;
-use dsh_session::{FileBackend, Recovery};
-use std::path::Path;
+use dsh_session::replay::TranscriptBuilder;
+use dsh_session::{Durability, FileBackend, Recovery};
+use tokio::runtime::Runtime;
 
 /// Prints the transcript rebuilt from the log, step by step, in `format`.
-pub fn replay(log: &Path, format: Format, out: &mut JsonLines) -> Result<u8, CliError> {
-    // Streams the log (two threads on a large one) instead of holding its events.
-    let transcript = dsh_session::replay::replay_file(log).map_err(|e| CliError::log(log, e))?;
+pub fn replay(
+    rt: &Runtime,
+    target: &LogTarget,
+    format: Format,
+    out: &mut JsonLines,
+) -> Result<u8, CliError> {
+    let transcript = match target.file() {
+        // Streams the log (two threads on a large one) instead of holding its events.
+        Some(log) => dsh_session::replay::replay_file(log).map_err(|e| CliError::log(log, e))?,
+        None => {
+            let events = store::read_events(rt, target)?;
+            if let Err(violation) = dsh_session::check::check_stored(&events)
+                && !matches!(violation, Violation::NeedsRecovery { .. })
+            {
+                return Err(CliError::log(&target.label(), violation));
+            }
+            // As recovery would leave it, like a file left by a crash.
+            let mut builder = TranscriptBuilder::new();
+            events.into_iter().for_each(|e| builder.push(e));
+            builder.close_open_calls();
+            builder.finish()
+        }
+    };
     for step in &transcript.steps {
         out.print(&render_step(format, step))?;
     }
@@ -19,11 +41,19 @@ pub fn replay(log: &Path, format: Format, out: &mut JsonLines) -> Result<u8, Cli
 
 /// Runs the invariant checker: 0 when the log is whole, 1 naming the first violation (or
 /// saying that the log needs recovery), 3 when the log cannot be read at all.
-pub fn check(log: &Path) -> Result<u8, CliError> {
-    if let Err(e) = std::fs::metadata(log) {
-        return Err(CliError::io("read the log", log, e));
-    }
-    match dsh_session::check::check_file(log) {
+pub fn check(rt: &Runtime, target: &LogTarget) -> Result<u8, CliError> {
+    let label = target.label();
+    let log = label.as_path();
+    let checked = match target.file() {
+        Some(file) => {
+            if let Err(e) = std::fs::metadata(file) {
+                return Err(CliError::io("read the log", file, e));
+            }
+            dsh_session::check::check_file(file)
+        }
+        None => dsh_session::check::check_stored(&store::read_events(rt, target)?),
+    };
+    match checked {
         Ok(report) => {
             say(format!(
                 "{}: every invariant holds ({} events, {} steps, {} calls each with one result)",
@@ -38,9 +68,9 @@ pub fn check(log: &Path) -> Result<u8, CliError> {
         Err(unreadable @ Violation::Unreadable { .. }) => Err(CliError::log(log, unreadable)),
         Err(needs @ Violation::NeedsRecovery { .. }) => {
             note(format!(
-                "{}: check failed: {needs}; `dsh recover {}` repairs it",
+                "{}: check failed: {needs}; `{}` repairs it",
                 log.display(),
-                log.display()
+                target.recover_command()
             ));
             Ok(EXIT_FAILED)
         }
@@ -80,13 +110,31 @@ pub fn describe_recovery(recovery: &Recovery) -> Vec<String> {
 }
 
 /// Opens the log with the normal recovery and says what it repaired, in one line on stderr.
-pub fn recover(log: &Path) -> Result<u8, CliError> {
-    // Opening creates a missing log; recovering one that is not there is a mistake.
-    if let Err(e) = std::fs::metadata(log) {
-        return Err(CliError::io("read the log", log, e));
-    }
-    let (backend, recovery) = FileBackend::open(log).map_err(|e| CliError::log(log, e))?;
-    drop(backend);
+pub fn recover(rt: &Runtime, target: &LogTarget) -> Result<u8, CliError> {
+    let label = target.label();
+    let log = label.as_path();
+    let recovery = match target.file() {
+        Some(file) => {
+            // Opening creates a missing log; recovering one that is not there is a mistake.
+            if let Err(e) = std::fs::metadata(file) {
+                return Err(CliError::io("read the log", file, e));
+            }
+            let (backend, recovery) =
+                FileBackend::open(file).map_err(|e| CliError::log(file, e))?;
+            drop(backend);
+            recovery
+        }
+        None => {
+            // A session that is not there is a mistake too.
+            store::read_events(rt, target)?;
+            rt.block_on(async {
+                let (log, recovery) = target.open(Durability::Always).await?;
+                log.close().await?;
+                Ok::<_, dsh_session::SessionError>(recovery)
+            })
+            .map_err(|e| CliError::log(log, e))?
+        }
+    };
     let what = describe_recovery(&recovery);
     let events = recovery.next_seq.saturating_sub(1);
     if what.is_empty() {

@@ -70,7 +70,7 @@ pub struct RunPlan<'a> {
     /// The directory the tools are confined to.
     pub workspace: &'a Path,
     /// The session log.
-    pub log: &'a Path,
+    pub log: &'a crate::store::LogTarget,
     /// Policy, approval, limits.
     pub options: &'a PipelineOptions,
 }
@@ -107,7 +107,7 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
         note(format!(
             "stopped by {}: the running calls were recorded as aborted and {} was closed cleanly",
             signal.name(),
-            plan.log.display()
+            plan.log.label().display()
         ));
         return Ok(signal.exit_code());
     }
@@ -131,7 +131,7 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
     }
     note(format!(
         "{steps} from {name}{trouble}; log: {}",
-        plan.log.display()
+        plan.log.label().display()
     ));
     Ok(if tally.bad_lines > 0 {
         EXIT_FAILED

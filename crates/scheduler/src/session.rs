@@ -37,6 +37,19 @@ pub enum SessionStore {
         /// How durable an append is before it is acknowledged.
         durability: Durability,
     },
+    /// One session a row set in a PostgreSQL database, so any node reaching it can resume any
+    /// session: opening takes the session's lease (waiting for another writer's to run out),
+    /// recovers it as a file is recovered, and fences the writer by epoch from then on.
+    #[cfg(feature = "postgres")]
+    Postgres {
+        /// `postgres://user@host:port/db`.
+        url: String,
+        /// `batch`: group commit; `always`: one transaction per append; `none`: asynchronous
+        /// commit.
+        durability: Durability,
+        /// The lease: its length, how long opening waits for it, and this node's name.
+        lease: dsh_session::postgres::LeaseOptions,
+    },
 }
 
 /// A session opened by id, with what its log's recovery found.
@@ -493,6 +506,14 @@ impl Harness {
                     .await
                     .map_err(SchedulerError::Log)?
             }
+            #[cfg(feature = "postgres")]
+            SessionStore::Postgres {
+                url,
+                durability,
+                lease,
+            } => SessionLog::open_postgres(url, id, *durability, lease.clone(), None)
+                .await
+                .map_err(SchedulerError::Log)?,
         };
         config.first_step = config.first_step.max(recovery.next_step);
         let session = match self

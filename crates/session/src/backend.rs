@@ -48,6 +48,13 @@ pub trait LogBackend: Send + 'static {
         true
     }
 
+    /// True when `commit` must run off the async workers even without a sync (a backend that
+    /// waits on the network for every commit). By default: a syncing commit of a backend that
+    /// [`blocks`](LogBackend::blocks).
+    fn commit_blocks(&self, sync: bool) -> bool {
+        sync && self.blocks()
+    }
+
     /// A short description for logs (`memory`, a file path).
     fn describe(&self) -> String;
 }

@@ -819,6 +819,31 @@ fn bad_line(bad: BadLine) -> Violation {
     parse_violation(bad.line, reason)
 }
 
+/// Checks `events` (a whole log read from a store where no write is ever torn, such as the
+/// PostgreSQL backend) as [`check_file`] checks a file: calls of the last step left open, that
+/// recovery's `ABORTED` results would close, are [`Violation::NeedsRecovery`]; any other fault
+/// is reported as itself.
+pub fn check_stored(events: &[SessionEvent]) -> Result<CheckReport, Violation> {
+    let mut tracker = Tracker::default();
+    for event in events {
+        tracker
+            .observe(event)
+            .map_err(|v| explain(&mut &events[..], v))?;
+    }
+    let strict = tracker.strict();
+    if let Ok(report) = strict {
+        return Ok(report);
+    }
+    match tracker.finish(Tail::CLEAN) {
+        Ok((_, recovery)) => Err(Violation::NeedsRecovery {
+            torn_line: None,
+            torn_bytes: 0,
+            open_calls: recovery.closed_calls,
+        }),
+        Err(after) => Err(explain(&mut &events[..], strict.err().unwrap_or(after))),
+    }
+}
+
 /// Checks the JSON Lines log at `path`: every line must be a whole event (a last line lacking
 /// only its newline is accepted), then [`check`]. An empty file is a valid, empty log. The
 /// log is streamed: memory holds one line and the current step's calls, whatever its length

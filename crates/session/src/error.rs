@@ -20,6 +20,17 @@ pub enum SessionError {
     /// Another writer holds the log (another process, or a session not yet gone).
     #[error("the session log {0} is in use by another writer")]
     InUse(String),
+    /// Another writer holds the session's lease (the PostgreSQL backend), and it did not end
+    /// within the wait.
+    #[error("the session {session} is in use by {owner}, lease until {until}")]
+    Leased {
+        /// The session.
+        session: String,
+        /// Who holds the lease (`host:pid`).
+        owner: String,
+        /// When the lease runs out unless renewed (UTC).
+        until: String,
+    },
     /// The writer was closed.
     #[error("the session log is closed")]
     Closed,

@@ -32,6 +32,8 @@ mod log;
 mod memory;
 mod open;
 mod parallel_replay;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod recover;
 pub mod replay;
 mod writer;

@@ -104,6 +104,37 @@ impl SessionLog {
         Ok((log, recovery))
     }
 
+    /// Opens session `session` in the PostgreSQL database at `url`: takes its lease (waiting
+    /// up to `options.wait` for another writer's to end, then failing with
+    /// [`SessionError::Leased`]), recovers it as [`SessionLog::open_file`] recovers a file
+    /// (open calls closed as `ABORTED`, every invariant checked), and starts a writer over it
+    /// that continues its seq. See [`crate::postgres`] for the lease and fencing.
+    #[cfg(feature = "postgres")]
+    pub async fn open_postgres(
+        url: &str,
+        session: &str,
+        durability: Durability,
+        options: crate::postgres::LeaseOptions,
+        supervisor: Option<ActorCell>,
+    ) -> Result<(SessionLog, Recovery), SessionError> {
+        let url = url.to_string();
+        let id = session.to_string();
+        let opened = tokio::task::spawn_blocking(move || {
+            crate::postgres::PostgresBackend::open(&url, &id, durability, options)
+        })
+        .await;
+        let (backend, recovery) = match opened {
+            Ok(opened) => opened?,
+            Err(e) => return unavailable(format!("opening the session panicked: {e}")),
+        };
+        let config = WriterConfig {
+            durability,
+            next_seq: recovery.next_seq,
+        };
+        let log = SessionLog::spawn(Box::new(backend), config, supervisor).await?;
+        Ok((log, recovery))
+    }
+
     /// Starts a writer over `backend`, linked under `supervisor` if given.
     pub async fn spawn(
         backend: Box<dyn LogBackend>,

@@ -192,7 +192,7 @@ impl WriterState {
         let Some(mut backend) = self.backend.take() else {
             return Err(SessionError::Poisoned("the backend was lost".into()));
         };
-        let (backend, result) = if sync && backend.blocks() {
+        let (backend, result) = if backend.commit_blocks(sync) {
             match tokio::task::spawn_blocking(move || {
                 let r = backend.commit(events, sync);
                 (backend, r)

@@ -159,3 +159,4 @@ impl LogBackend for Recording {
         format!("recording {}", self.inner.describe())
     }
 }
+pub mod pg;

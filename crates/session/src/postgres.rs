@@ -1,0 +1,971 @@
+//! The PostgreSQL backend: session logs in a database that any node reaches, with one writer
+//! per session enforced by a lease and its fencing token (the epoch).
+//!
+//! # Schema
+//! Two tables, created by versioned migrations that [`PgStore::connect`] runs (under an
+//! advisory lock, so nodes starting together migrate once): `dsh_sessions` (one row a
+//! session: its lease, its epoch, the seq the next event takes) and `dsh_events` (one row an
+//! event: `seq` and `step` as `BIGINT`, and `line`, the event's exact JSON Lines text, so an
+//! export is byte for byte what a file log of the same run holds).
+//!
+//! # Lease and fencing
+//! Opening a session for writing takes its lease: in one transaction that locks the session's
+//! row, a lease that is still running (by the database's clock, so nodes' clocks do not matter)
+//! is refused with [`SessionError::Leased`], and otherwise the epoch goes up by one and the
+//! lease is this writer's until `now + lease`. Every commit updates the session's row
+//! `WHERE epoch = <ours>` in the same statement (or transaction) that inserts the events: a
+//! writer whose lease was taken over matches no row, writes nothing, and is poisoned. The row
+//! lock orders a takeover and a commit: a commit that got in first is in the log the new owner
+//! reads; one that comes after is refused. A live writer renews its lease in the background
+//! (every third of the lease).
+//!
+//! # Failures
+//! A commit that fails (the database went away) leaves the commit in doubt: it may have landed
+//! before the connection broke. The next commit first deletes, under the same epoch check,
+//! whatever lies at or after the seq this writer last acknowledged, so the log holds exactly
+//! what was acknowledged, as the [`LogBackend`] contract asks. Connections are made again by
+//! the pool; after a failure, commits fail at once for a backoff that doubles up to two seconds.
+//!
+//! # The sync/async bridge
+//! [`LogBackend`] is synchronous and the writer calls it from tokio's blocking pool. The
+//! backend owns a *driver*: one OS thread running a current-thread tokio runtime that holds the
+//! connection pool, runs each request the backend sends it (a boxed future, answered over a
+//! standard channel), and runs the lease renewal between them. So the driver's connections
+//! never depend on the caller's runtime (a writer's runtime that stalls cannot stall the
+//! renewal), and a synchronous caller never needs `block_on` inside a runtime.
+
+use crate::backend::{Durability, LogBackend};
+use crate::error::SessionError;
+use crate::recover::{self, Recovery, Tail, Tracker};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use dsh_core::SessionEvent;
+use futures::StreamExt;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio_postgres::NoTls;
+
+/// The migrations, in order: each is applied once, in one transaction with its version row.
+const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    "CREATE TABLE dsh_sessions (
+        id TEXT PRIMARY KEY,
+        epoch BIGINT NOT NULL DEFAULT 0,
+        owner TEXT,
+        lease_until TIMESTAMPTZ,
+        next_seq BIGINT NOT NULL DEFAULT 1 CHECK (next_seq >= 1),
+        created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE TABLE dsh_events (
+        session_id TEXT NOT NULL REFERENCES dsh_sessions (id) ON DELETE CASCADE,
+        seq BIGINT NOT NULL CHECK (seq >= 1),
+        step BIGINT NOT NULL CHECK (step >= 0),
+        epoch BIGINT NOT NULL,
+        line TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    CREATE INDEX dsh_sessions_updated_at ON dsh_sessions (updated_at);",
+)];
+
+/// An arbitrary constant: the advisory lock that serializes migrations across nodes.
+const MIGRATION_LOCK: i64 = 0x6473_685f_6d69_6772;
+
+/// The longest backoff after a failed commit.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// How a writer takes and keeps a session's lease.
+#[derive(Debug, Clone)]
+pub struct LeaseOptions {
+    /// How long a lease lasts without renewal; a writer renews every third of it.
+    pub lease: Duration,
+    /// How long opening waits for another writer's lease to end before it fails with
+    /// [`SessionError::Leased`] (zero: fail at once).
+    pub wait: Duration,
+    /// Who this writer is, as shown to a writer that finds the lease held.
+    pub owner: String,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions::with_lease(Duration::from_secs(5))
+    }
+}
+
+impl LeaseOptions {
+    /// A lease of `lease`, waited for up to twice its length, owned by this host and process.
+    pub fn with_lease(lease: Duration) -> LeaseOptions {
+        LeaseOptions {
+            lease,
+            wait: lease * 2,
+            owner: default_owner(),
+        }
+    }
+}
+
+/// `host:pid`, naming this process to other nodes.
+pub fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// One session as [`PgStore::list`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session's id.
+    pub id: String,
+    /// Events in its log.
+    pub events: u64,
+    /// Its epoch: how many times a writer took it.
+    pub epoch: u64,
+    /// The writer holding its lease now, if any.
+    pub holder: Option<String>,
+    /// When its log last changed (UTC, RFC 3339).
+    pub updated_at: String,
+}
+
+fn db_error(context: impl Into<String>, e: &tokio_postgres::Error) -> SessionError {
+    // `Display` of a server error is only "db error"; the source says what.
+    let message = match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => match std::error::Error::source(e) {
+            Some(source) => format!("{e}: {source}"),
+            None => e.to_string(),
+        },
+    };
+    SessionError::Io {
+        context: context.into(),
+        message,
+    }
+}
+
+fn pool_error(context: impl Into<String>, e: &deadpool_postgres::PoolError) -> SessionError {
+    let message = match e {
+        deadpool_postgres::PoolError::Backend(pg) => return db_error(context, pg),
+        other => other.to_string(),
+    };
+    SessionError::Io {
+        context: context.into(),
+        message,
+    }
+}
+
+fn to_i64(n: u64, what: &str) -> Result<i64, SessionError> {
+    i64::try_from(n).map_err(|_| SessionError::Refused(format!("{what} {n} is past 2^63 - 1")))
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// A connection pool to one database, migrated; the async side of the backend, also used
+/// directly by readers (`dsh check`, `replay`, `export`, `sessions`).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    url_shown: Arc<str>,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("url", &self.url_shown)
+            .finish()
+    }
+}
+
+/// The URL without its password, for messages.
+fn shown_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`) and brings its
+    /// schema up to date. `asynchronous_commit` makes the pool's commits asynchronous
+    /// (`synchronous_commit = off`: the `none` durability); lease changes stay synchronous.
+    pub async fn connect(url: &str, asynchronous_commit: bool) -> Result<PgStore, SessionError> {
+        let url_shown: Arc<str> = shown_url(url).into();
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| SessionError::Io {
+            context: format!("reading the database URL {url_shown}"),
+            message: format!("{e}"),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(5));
+        }
+        config.application_name("dsh");
+        if asynchronous_commit {
+            config.options("-c synchronous_commit=off");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(4)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(Duration::from_secs(5)))
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| SessionError::Io {
+                context: format!("setting up connections to {url_shown}"),
+                message: e.to_string(),
+            })?;
+        let store = PgStore { pool, url_shown };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| pool_error(format!("connecting to {}", self.url_shown), &e))
+    }
+
+    /// Applies the migrations this database lacks.
+    async fn migrate(&self) -> Result<(), SessionError> {
+        let ctx = || format!("migrating the schema of {}", self.url_shown);
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        tx.batch_execute(&format!(
+            "SET LOCAL synchronous_commit = on;
+             SELECT pg_advisory_xact_lock({MIGRATION_LOCK});
+             CREATE TABLE IF NOT EXISTS dsh_schema_migrations (
+                 version INTEGER PRIMARY KEY,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+             );"
+        ))
+        .await
+        .map_err(|e| db_error(ctx(), &e))?;
+        let row = tx
+            .query_one(
+                "SELECT coalesce(max(version), 0) FROM dsh_schema_migrations",
+                &[],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        let applied: i32 = row.get(0);
+        let latest = MIGRATIONS.last().map_or(0, |m| m.0);
+        if applied > latest {
+            return Err(SessionError::Io {
+                context: ctx(),
+                message: format!(
+                    "the schema is at version {applied}, newer than this dsh knows ({latest})"
+                ),
+            });
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > applied) {
+            tx.batch_execute(sql)
+                .await
+                .map_err(|e| db_error(ctx(), &e))?;
+            tx.execute(
+                "INSERT INTO dsh_schema_migrations (version) VALUES ($1)",
+                &[version],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+            tracing::info!(version, db = %self.url_shown, "schema migrated");
+        }
+        tx.commit().await.map_err(|e| db_error(ctx(), &e))
+    }
+
+    /// The stored line of every event of `session`, in seq order (none for an unknown
+    /// session), each passed to `each`.
+    pub async fn for_each_line(
+        &self,
+        session: &str,
+        mut each: impl FnMut(i64, String) -> Result<(), SessionError>,
+    ) -> Result<(), SessionError> {
+        let ctx = || format!("reading session {session} from {}", self.url_shown);
+        let client = self.client().await?;
+        let rows = client
+            .query_raw(
+                "SELECT seq, line FROM dsh_events WHERE session_id = $1 ORDER BY seq",
+                &[&session],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        let mut rows = std::pin::pin!(rows);
+        while let Some(row) = rows.next().await {
+            let row = row.map_err(|e| db_error(ctx(), &e))?;
+            each(row.get(0), row.get(1))?;
+        }
+        Ok(())
+    }
+
+    /// Every event of `session`, parsed and checked to run 1, 2, 3, … (the log's invariants
+    /// are [`crate::check`]'s to verify).
+    pub async fn read_events(&self, session: &str) -> Result<Vec<SessionEvent>, SessionError> {
+        let mut events = Vec::new();
+        self.for_each_line(session, |seq, line| {
+            events.push(parse_row(events.len(), seq, &line)?);
+            Ok(())
+        })
+        .await?;
+        Ok(events)
+    }
+
+    /// True when the session has a row (it was opened once, even if it holds no event).
+    pub async fn exists(&self, session: &str) -> Result<bool, SessionError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT 1 FROM dsh_sessions WHERE id = $1", &[&session])
+            .await
+            .map_err(|e| db_error(format!("looking up session {session}"), &e))?;
+        Ok(row.is_some())
+    }
+
+    /// Every session, by id.
+    pub async fn list(&self) -> Result<Vec<SessionInfo>, SessionError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, next_seq - 1, epoch,
+                        CASE WHEN lease_until > clock_timestamp() THEN owner END,
+                        to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+                 FROM dsh_sessions ORDER BY id",
+                &[],
+            )
+            .await
+            .map_err(|e| db_error(format!("listing the sessions of {}", self.url_shown), &e))?;
+        Ok(rows
+            .iter()
+            .map(|r| SessionInfo {
+                id: r.get(0),
+                events: to_u64(r.get(1)),
+                epoch: to_u64(r.get(2)),
+                holder: r.get(3),
+                updated_at: r.get(4),
+            })
+            .collect())
+    }
+
+    /// Deletes the sessions (and their events) not changed for `days` days and not held by a
+    /// writer; answers their ids.
+    pub async fn prune_older_than(&self, days: u32) -> Result<Vec<String>, SessionError> {
+        let client = self.client().await?;
+        let days = i32::try_from(days).unwrap_or(i32::MAX);
+        let rows = client
+            .query(
+                "DELETE FROM dsh_sessions
+                 WHERE updated_at < clock_timestamp() - make_interval(days => $1)
+                   AND (lease_until IS NULL OR lease_until <= clock_timestamp())
+                 RETURNING id",
+                &[&days],
+            )
+            .await
+            .map_err(|e| db_error(format!("pruning the sessions of {}", self.url_shown), &e))?;
+        let mut ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Takes the lease of `session` (creating the session when it is new): the new epoch, or
+    /// who holds it and until when.
+    async fn acquire(
+        &self,
+        session: &str,
+        options: &LeaseOptions,
+    ) -> Result<Result<i64, Held>, SessionError> {
+        let ctx = || format!("taking the lease of session {session}");
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        tx.execute(
+            "INSERT INTO dsh_sessions (id) VALUES ($1) ON CONFLICT (id) DO NOTHING",
+            &[&session],
+        )
+        .await
+        .map_err(|e| db_error(ctx(), &e))?;
+        let row = tx
+            .query_one(
+                "SELECT coalesce(owner, ''), coalesce(lease_until > clock_timestamp(), false),
+                        coalesce(to_char(lease_until AT TIME ZONE 'UTC',
+                                         'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), ''),
+                        coalesce(extract(epoch FROM lease_until - clock_timestamp()) * 1000, 0)::float8
+                 FROM dsh_sessions WHERE id = $1 FOR UPDATE",
+                &[&session],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        if row.get::<_, bool>(1) {
+            let remaining: f64 = row.get(3);
+            return Ok(Err(Held {
+                owner: row.get(0),
+                until: row.get(2),
+                remaining: Duration::from_secs_f64((remaining / 1000.0).max(0.0)),
+            }));
+        }
+        let row = tx
+            .query_one(
+                "UPDATE dsh_sessions SET epoch = epoch + 1, owner = $2,
+                     lease_until = clock_timestamp() + make_interval(secs => $3),
+                     updated_at = clock_timestamp()
+                 WHERE id = $1 RETURNING epoch",
+                &[&session, &options.owner, &options.lease.as_secs_f64()],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        let epoch: i64 = row.get(0);
+        tx.commit().await.map_err(|e| db_error(ctx(), &e))?;
+        Ok(Ok(epoch))
+    }
+
+    /// Takes the lease, waiting up to `options.wait` for another writer's to end.
+    async fn acquire_waiting(
+        &self,
+        session: &str,
+        options: &LeaseOptions,
+    ) -> Result<i64, SessionError> {
+        let deadline = Instant::now() + options.wait;
+        loop {
+            match self.acquire(session, options).await? {
+                Ok(epoch) => return Ok(epoch),
+                Err(held) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(SessionError::Leased {
+                            session: session.to_string(),
+                            owner: held.owner,
+                            until: held.until,
+                        });
+                    }
+                    let pause = held
+                        .remaining
+                        .clamp(Duration::from_millis(10), Duration::from_millis(100))
+                        .min(deadline - now);
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// The session's epoch and owner now, to say who fenced a writer.
+    async fn current_holder(&self, session: &str) -> Option<(i64, String, i64)> {
+        let client = self.client().await.ok()?;
+        let row = client
+            .query_opt(
+                "SELECT epoch, coalesce(owner, ''), next_seq FROM dsh_sessions WHERE id = $1",
+                &[&session],
+            )
+            .await
+            .ok()??;
+        Some((row.get(0), row.get(1), row.get(2)))
+    }
+}
+
+/// A lease someone else holds.
+struct Held {
+    owner: String,
+    until: String,
+    remaining: Duration,
+}
+
+fn parse_row(index: usize, seq: i64, line: &str) -> Result<SessionEvent, SessionError> {
+    let number = index + 1;
+    let event = SessionEvent::from_json_line(line).map_err(|e| SessionError::Corrupt {
+        line: number,
+        reason: e.to_string(),
+    })?;
+    if i64::try_from(event.seq).ok() != Some(seq) {
+        return Err(SessionError::Corrupt {
+            line: number,
+            reason: format!("the event says seq {} but is stored as {seq}", event.seq),
+        });
+    }
+    if event.seq != number as u64 {
+        return Err(SessionError::Corrupt {
+            line: number,
+            reason: format!("seq {} where {number} was expected", event.seq),
+        });
+    }
+    Ok(event)
+}
+
+type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The thread that runs the backend's async work (see the module's docs).
+struct Driver {
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Driver {
+    fn start() -> Result<Driver, SessionError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| SessionError::io("starting the PostgreSQL driver", &e))?;
+        let (jobs, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("dsh-postgres".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    while let Some(job) = rx.recv().await {
+                        job.await;
+                    }
+                });
+                // Ends the renewal and the connections' tasks.
+                runtime.shutdown_timeout(Duration::from_millis(100));
+            })
+            .map_err(|e| SessionError::io("starting the PostgreSQL driver", &e))?;
+        Ok(Driver {
+            jobs,
+            thread: Some(thread),
+        })
+    }
+
+    /// Runs `fut` on the driver and waits for its answer.
+    fn run<T: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<T, SessionError>> + Send + 'static,
+    ) -> Result<T, SessionError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job: Job = Box::pin(async move {
+            let _ = tx.send(fut.await);
+        });
+        if self.jobs.send(job).is_err() {
+            return Err(SessionError::Unavailable(
+                "the PostgreSQL driver stopped".into(),
+            ));
+        }
+        rx.recv().unwrap_or_else(|_| {
+            Err(SessionError::Unavailable(
+                "the PostgreSQL driver stopped".into(),
+            ))
+        })
+    }
+
+    /// Runs `fut` on the driver without waiting.
+    fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        let _ = self.jobs.send(Box::pin(fut));
+    }
+}
+
+/// A session log in PostgreSQL, written under a lease (see the module's docs).
+///
+/// ```no_run
+/// use dsh_session::postgres::{LeaseOptions, PostgresBackend};
+/// use dsh_session::Durability;
+/// let (backend, recovery) = PostgresBackend::open(
+///     "postgres://dsh@127.0.0.1:5432/dsh", "s1", Durability::Batch, LeaseOptions::default(),
+/// ).unwrap();
+/// assert!(recovery.next_seq >= 1);
+/// ```
+pub struct PostgresBackend {
+    driver: Driver,
+    store: PgStore,
+    session: Arc<str>,
+    epoch: i64,
+    owner: String,
+    /// The seq the next committed event takes (everything before it is acknowledged).
+    next_seq: u64,
+    /// A commit failed in a way that may have left it in the database.
+    in_doubt: bool,
+    /// Set when the renewal found the lease taken over.
+    fenced: Arc<AtomicBool>,
+    /// No commit is tried before this (backoff after a failure).
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    renewal: Option<tokio::task::AbortHandle>,
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("session", &self.session)
+            .field("epoch", &self.epoch)
+            .field("next_seq", &self.next_seq)
+            .finish()
+    }
+}
+
+impl PostgresBackend {
+    /// Connects, takes the lease of `session` (waiting up to `options.wait` for another
+    /// writer's), reads the session checking every invariant as file recovery does, closes the
+    /// calls left open with synthesized `ABORTED` results, and answers the backend and what
+    /// recovery did. Blocks: call it off the async workers (`SessionLog::open_postgres` does).
+    pub fn open(
+        url: &str,
+        session: &str,
+        durability: Durability,
+        options: LeaseOptions,
+    ) -> Result<(PostgresBackend, Recovery), SessionError> {
+        let driver = Driver::start()?;
+        let url = url.to_string();
+        let sess = session.to_string();
+        let opts = options.clone();
+        let (store, epoch, tracker) = driver.run(async move {
+            let store = PgStore::connect(&url, durability == Durability::None).await?;
+            let epoch = store.acquire_waiting(&sess, &opts).await?;
+            let mut tracker = Tracker::default();
+            let mut broken = None;
+            let mut count = 0usize;
+            store
+                .for_each_line(&sess, |seq, line| {
+                    let event = parse_row(count, seq, &line)?;
+                    count += 1;
+                    if broken.is_none() {
+                        broken = tracker.observe(&event).err();
+                    }
+                    Ok(())
+                })
+                .await?;
+            if let Some(violation) = broken {
+                return Err(violation.into());
+            }
+            Ok((store, epoch, tracker))
+        })?;
+        let (closings, recovery) = tracker.finish(Tail::CLEAN)?;
+        let fenced = Arc::new(AtomicBool::new(false));
+        let mut backend = PostgresBackend {
+            driver,
+            store,
+            session: session.into(),
+            epoch,
+            owner: options.owner.clone(),
+            next_seq: recovery.events_read + 1,
+            in_doubt: false,
+            fenced: fenced.clone(),
+            retry_at: None,
+            backoff: Duration::ZERO,
+            renewal: None,
+        };
+        backend.start_renewal(options.lease);
+        if !closings.is_empty() {
+            backend.commit(closings, true)?;
+        }
+        recover::report(&backend.describe(), &recovery);
+        Ok((backend, recovery))
+    }
+
+    /// The epoch (fencing token) this writer holds.
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    fn start_renewal(&mut self, lease: Duration) {
+        let store = self.store.clone();
+        let session = self.session.clone();
+        let epoch = self.epoch;
+        let fenced = self.fenced.clone();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.driver.spawn(async move {
+            let task = tokio::spawn(renew(store, session, epoch, lease, fenced));
+            let _ = tx.send(task.abort_handle());
+        });
+        self.renewal = rx.recv().ok();
+    }
+
+    fn fenced_error(&self) -> SessionError {
+        let store = self.store.clone();
+        let session = self.session.to_string();
+        let holder = self
+            .driver
+            .run(async move { Ok(store.current_holder(&session).await) })
+            .ok()
+            .flatten();
+        let by = match holder {
+            Some((epoch, owner, _)) if epoch != self.epoch => {
+                format!(" by {owner} (epoch {epoch})")
+            }
+            _ => String::new(),
+        };
+        SessionError::Poisoned(format!(
+            "session {} was taken over{by}; this writer (epoch {}) no longer owns it and writes \
+             nothing more",
+            self.session, self.epoch
+        ))
+    }
+
+    fn failed(&mut self, err: SessionError) -> SessionError {
+        self.in_doubt = true;
+        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(50), MAX_BACKOFF);
+        self.retry_at = Some(Instant::now() + self.backoff);
+        tracing::warn!(error = %err, backoff_ms = self.backoff.as_millis() as u64, "a PostgreSQL commit failed");
+        err
+    }
+}
+
+/// Renews the lease every third of its length until the writer is fenced or dropped.
+async fn renew(
+    store: PgStore,
+    session: Arc<str>,
+    epoch: i64,
+    lease: Duration,
+    fenced: Arc<AtomicBool>,
+) {
+    let every = (lease / 3).max(Duration::from_millis(10));
+    loop {
+        tokio::time::sleep(every).await;
+        let client = match store.client().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, session = %session, "renewing the lease: no connection");
+                continue;
+            }
+        };
+        let renewed = client
+            .execute(
+                "UPDATE dsh_sessions SET lease_until = clock_timestamp() + make_interval(secs => $3)
+                 WHERE id = $1 AND epoch = $2",
+                &[&&*session, &epoch, &lease.as_secs_f64()],
+            )
+            .await;
+        match renewed {
+            Ok(0) => {
+                tracing::error!(session = %session, epoch, "the lease was taken over");
+                fenced.store(true, Ordering::SeqCst);
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %db_error("renewing the lease", &e), session = %session, "lease renewal failed");
+            }
+        }
+    }
+}
+
+/// The columns of a commit's events.
+struct Rows {
+    seqs: Vec<i64>,
+    steps: Vec<i64>,
+    lines: Vec<String>,
+}
+
+/// One fenced commit: the session row is updated only under our epoch and seq, and the events
+/// go in with it, in one statement (one transaction when an earlier commit is in doubt).
+async fn commit_rows(
+    store: PgStore,
+    session: Arc<str>,
+    epoch: i64,
+    from: i64,
+    rows: Rows,
+    in_doubt: bool,
+) -> Result<bool, SessionError> {
+    let Rows { seqs, steps, lines } = rows;
+    let ctx = || format!("committing to session {session}");
+    let n = seqs.len() as u64;
+    let to = from + n as i64;
+    let mut client = store.client().await?;
+    let insert = "WITH s AS (
+            UPDATE dsh_sessions SET next_seq = $4, updated_at = clock_timestamp()
+            WHERE id = $1 AND epoch = $2 AND next_seq = $3 RETURNING id)
+        INSERT INTO dsh_events (session_id, seq, step, epoch, line)
+        SELECT s.id, t.seq, t.step, $2, t.line
+        FROM s, unnest($5::bigint[], $6::bigint[], $7::text[]) AS t(seq, step, line)";
+    if !in_doubt {
+        let rows = if n == 0 {
+            client
+                .execute(
+                    "UPDATE dsh_sessions SET updated_at = clock_timestamp()
+                     WHERE id = $1 AND epoch = $2 AND next_seq = $3",
+                    &[&&*session, &epoch, &from],
+                )
+                .await
+                .map_err(|e| db_error(ctx(), &e))?
+        } else {
+            client
+                .execute(
+                    insert,
+                    &[&&*session, &epoch, &from, &to, &seqs, &steps, &lines],
+                )
+                .await
+                .map_err(|e| db_error(ctx(), &e))?
+        };
+        return Ok(rows == n.max(1));
+    }
+    // An earlier commit may have landed after all: whatever lies at or after `from` was never
+    // acknowledged, and goes first, under the same fence.
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| db_error(ctx(), &e))?;
+    let owned = tx
+        .execute(
+            "UPDATE dsh_sessions SET next_seq = $3, updated_at = clock_timestamp()
+             WHERE id = $1 AND epoch = $2",
+            &[&&*session, &epoch, &from],
+        )
+        .await
+        .map_err(|e| db_error(ctx(), &e))?;
+    if owned == 0 {
+        return Ok(false);
+    }
+    let undone = tx
+        .execute(
+            "DELETE FROM dsh_events WHERE session_id = $1 AND seq >= $2",
+            &[&&*session, &from],
+        )
+        .await
+        .map_err(|e| db_error(ctx(), &e))?;
+    if undone > 0 {
+        tracing::warn!(session = %session, from, undone, "removed the events of a commit that failed but had landed");
+    }
+    if n > 0 {
+        let rows = tx
+            .execute(
+                insert,
+                &[&&*session, &epoch, &from, &to, &seqs, &steps, &lines],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        if rows != n {
+            return Ok(false);
+        }
+    }
+    tx.commit().await.map_err(|e| db_error(ctx(), &e))?;
+    Ok(true)
+}
+
+impl LogBackend for PostgresBackend {
+    fn commit(&mut self, events: Vec<SessionEvent>, _sync: bool) -> Result<(), SessionError> {
+        if self.fenced.load(Ordering::SeqCst) {
+            return Err(self.fenced_error());
+        }
+        if let Some(at) = self.retry_at {
+            let now = Instant::now();
+            if now < at {
+                return Err(SessionError::Io {
+                    context: format!("committing to session {}", self.session),
+                    message: format!(
+                        "the database was unreachable; trying again in {} ms",
+                        (at - now).as_millis()
+                    ),
+                });
+            }
+        }
+        if events.is_empty() && !self.in_doubt {
+            return Ok(());
+        }
+        let from = to_i64(self.next_seq, "seq")?;
+        let mut seqs = Vec::with_capacity(events.len());
+        let mut steps = Vec::with_capacity(events.len());
+        let mut lines = Vec::with_capacity(events.len());
+        for (i, event) in events.iter().enumerate() {
+            if event.seq != self.next_seq + i as u64 {
+                return Err(SessionError::Refused(format!(
+                    "event seq {} where {} was expected",
+                    event.seq,
+                    self.next_seq + i as u64
+                )));
+            }
+            seqs.push(to_i64(event.seq, "seq")?);
+            steps.push(to_i64(event.step, "step")?);
+            lines.push(event.to_json_line());
+        }
+        let n = events.len() as u64;
+        let fut = commit_rows(
+            self.store.clone(),
+            self.session.clone(),
+            self.epoch,
+            from,
+            Rows { seqs, steps, lines },
+            self.in_doubt,
+        );
+        match self.driver.run(fut) {
+            Ok(true) => {
+                self.in_doubt = false;
+                self.retry_at = None;
+                self.backoff = Duration::ZERO;
+                self.next_seq += n;
+                Ok(())
+            }
+            Ok(false) => {
+                self.fenced.store(true, Ordering::SeqCst);
+                Err(self.fenced_error())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    fn read_all(&self) -> Result<Vec<SessionEvent>, SessionError> {
+        let store = self.store.clone();
+        let session = self.session.to_string();
+        let upto = self.next_seq;
+        let mut events = self
+            .driver
+            .run(async move { store.read_events(&session).await })?;
+        // A commit in doubt may have left rows past what was acknowledged.
+        events.truncate(upto.saturating_sub(1) as usize);
+        Ok(events)
+    }
+
+    fn commit_blocks(&self, _sync: bool) -> bool {
+        true
+    }
+
+    fn describe(&self) -> String {
+        format!("postgres session {}", self.session)
+    }
+}
+
+impl Drop for PostgresBackend {
+    // Gives the lease back (so the next writer need not wait it out) and stops the driver.
+    fn drop(&mut self) {
+        if let Some(renewal) = self.renewal.take() {
+            renewal.abort();
+        }
+        if !self.fenced.load(Ordering::SeqCst) {
+            let store = self.store.clone();
+            let session = self.session.clone();
+            let epoch = self.epoch;
+            let owner = self.owner.clone();
+            let released = self.driver.run(async move {
+                let release = async {
+                    let client = store.client().await?;
+                    client
+                        .execute(
+                            "UPDATE dsh_sessions SET lease_until = NULL
+                             WHERE id = $1 AND epoch = $2 AND owner = $3",
+                            &[&&*session, &epoch, &owner],
+                        )
+                        .await
+                        .map_err(|e| db_error("releasing the lease", &e))
+                };
+                match tokio::time::timeout(Duration::from_secs(2), release).await {
+                    Ok(r) => r.map(|_| ()),
+                    Err(_) => Err(SessionError::Unavailable(
+                        "releasing the lease timed out".into(),
+                    )),
+                }
+            });
+            if let Err(e) = released {
+                tracing::warn!(error = %e, session = %self.session, "the lease was not released; it runs out by itself");
+            }
+        }
+        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.driver.jobs, tx));
+        if let Some(thread) = self.driver.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
