@@ -102,7 +102,7 @@ fn failover_once(url: &str, dir: &Path, fault: Fault, round: usize, rng: &mut Lc
     let session = pg::session_id(&format!("failover{round}"));
     let first_t = transcript_of(dir, &format!("first{round}.jsonl"), "a", 30);
     let second_t = transcript_of(dir, &format!("second{round}.jsonl"), "b", 3);
-    let mut first = start_run(&first_t, &ws, url, &session);
+    let first = start_run(&first_t, &ws, url, &session);
     // Wait until the first writer has done some steps, then a random moment more.
     let started = Instant::now();
     while export(url, &session).len() < 2 {
