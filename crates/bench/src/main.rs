@@ -5,6 +5,7 @@
 
 mod code_bench;
 mod fs_bench;
+mod pg_bench;
 mod pipeline_bench;
 mod report;
 mod session_bench;
@@ -21,12 +22,13 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 5] = [
+    let lists: [&'static [Bench]; 6] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
         code_bench::BENCHES,
         shell_bench::BENCHES,
+        pg_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }
@@ -34,6 +36,8 @@ fn benches() -> Vec<&'static Bench> {
 fn main() {
     // `run_code` runs its scripts in this program started again as a worker.
     dsh_code_mode::worker_main_if_requested();
+    // `session/postgres_failover` kills a writer of its own: this program started again.
+    pg_bench::old_owner_if_requested();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let all = benches();
     if args.is_empty() || args.iter().any(|a| a == "--list" || a == "-l") {

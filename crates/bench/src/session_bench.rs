@@ -44,7 +44,7 @@ pub const BENCHES: &[Bench] = &[
 
 const APPEND_FOR: Duration = Duration::from_millis(1500);
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -67,7 +67,7 @@ fn call_body(appender: usize, n: u64) -> EventBody {
 /// Acknowledged appends per second from `appenders` concurrent appenders over `APPEND_FOR`.
 /// Each appender sends `burst` appends, then awaits their acks (1: one append in flight; 8:
 /// how the scheduler records a step of eight calls).
-async fn append_rate(log: &SessionLog, appenders: usize, burst: usize) -> f64 {
+pub(crate) async fn append_rate(log: &SessionLog, appenders: usize, burst: usize) -> f64 {
     let start = Instant::now();
     let deadline = start + APPEND_FOR;
     let tasks: Vec<_> = (0..appenders)
@@ -189,7 +189,7 @@ impl LogWriter {
 
 /// Writes a log of `events` events: steps of eight parallel calls, their results in another
 /// order, and one deferred context message.
-fn write_log(path: &Path, events: u64) {
+pub(crate) fn write_log(path: &Path, events: u64) {
     let file = std::fs::File::create(path).expect("log file");
     let mut w = LogWriter {
         out: std::io::BufWriter::new(file),

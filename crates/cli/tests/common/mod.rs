@@ -134,3 +134,4 @@ pub fn log_events(log: &Path) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+pub mod pg;
