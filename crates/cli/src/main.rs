@@ -14,6 +14,7 @@ mod output;
 mod policy_paths;
 mod replay;
 mod run;
+mod serve;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             },
             &mut out,
         ),
+        Command::Serve(args) => serve::serve(&rt, &args),
         Command::Replay(args) => replay::replay(&args.log, args.format.into(), &mut out),
         Command::Check(args) => replay::check(&args.log),
         Command::Recover(args) => replay::recover(&args.log),
