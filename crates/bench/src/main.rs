@@ -7,6 +7,7 @@ mod code_bench;
 mod fs_bench;
 mod pipeline_bench;
 mod report;
+mod serve_bench;
 mod session_bench;
 mod shell_bench;
 
@@ -21,12 +22,13 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 5] = [
+    let lists: [&'static [Bench]; 6] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
         code_bench::BENCHES,
         shell_bench::BENCHES,
+        serve_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }
