@@ -14,6 +14,15 @@ TS_SDK_VERSION=1.32.2
 
 die() { echo "mcp-sdks.sh: $*" >&2; exit 1; }
 
+# Debian packages, installed when missing and we are root (CI runs as root on a fresh image).
+apt_install() {
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || return 1
+  echo "mcp-sdks.sh: installing Debian's $*" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "$@" >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$@" >/dev/null; }
+}
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/target/mcp-sdks}
 mkdir -p "$dir"
@@ -25,17 +34,19 @@ flock 9
 
 py="$dir/py/bin/python"
 if [ ! -f "$dir/py/.installed-$PY_MCP_VERSION" ]; then
-  command -v python3 >/dev/null || die "python3 is not installed"
+  command -v python3 >/dev/null || apt_install python3 python3-venv || die "python3 is not installed"
   rm -rf "$dir/py"
-  python3 -m venv "$dir/py" >&2 || die "python3 -m venv failed"
+  python3 -m venv "$dir/py" >&2 \
+    || { rm -rf "$dir/py" && apt_install python3-venv && python3 -m venv "$dir/py" >&2; } \
+    || die "python3 -m venv failed"
   "$py" -m pip install -q --disable-pip-version-check "mcp==$PY_MCP_VERSION" >&2 \
     || die "pip install mcp==$PY_MCP_VERSION failed"
   touch "$dir/py/.installed-$PY_MCP_VERSION"
 fi
 
 if [ ! -f "$dir/node/.installed-$TS_SDK_VERSION" ]; then
-  command -v node >/dev/null || die "node is not installed"
-  command -v npm >/dev/null || die "npm is not installed"
+  command -v node >/dev/null || apt_install nodejs || die "node is not installed"
+  command -v npm >/dev/null || apt_install npm || die "npm is not installed"
   rm -rf "$dir/node"
   mkdir -p "$dir/node"
   (cd "$dir/node" && echo '{"private": true}' > package.json \
