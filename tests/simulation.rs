@@ -7,7 +7,9 @@
 //! forty also misbehaves in the user code the pipeline calls synchronously: `present`,
 //! `finalize_content`, `tools/result` observers and guards that are slow (within their
 //! deadline), stuck (past it, in real time) or panic. After each seed the log and the results
-//! must hold every invariant; a failing seed prints itself.
+//! must hold every invariant; a failing seed prints itself. Half the steps are open steps whose
+//! calls arrive at random moments (some cancelled on their own, some steps' handles dropped
+//! unfinished).
 //!
 //! `DSH_SIM_SEEDS=N` runs N seeds (default 10,000); `DSH_SIM_SEED=S` runs only seed S.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -25,8 +27,8 @@ use dsh::core::{
 };
 use dsh::guards::{FnGuard, GuardCall, GuardSet, GuardVerdict};
 use dsh::scheduler::{
-    CancelTarget, HarnessBuilder, PipelineConfig, SchedulerConfig, SiblingPolicy, StepOutcome,
-    StepRequest,
+    CancelTarget, HarnessBuilder, PipelineConfig, SchedulerConfig, Session, SiblingPolicy,
+    StepOutcome, StepRequest,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -525,6 +527,79 @@ fn check_seed(
     Ok(())
 }
 
+/// The step's calls arrive one by one at random moments through an open step; some are
+/// cancelled through their own handle. The step is finished, or its handle dropped (then the
+/// outcome is made of the calls' own results). Each call's own result must be the one the
+/// outcome holds.
+async fn open_step(
+    session: &Session,
+    calls: &[ToolCall],
+    rng: &mut StdRng,
+) -> Result<StepOutcome, String> {
+    let step = session
+        .open_step()
+        .map_err(|e| format!("open failed: {e}"))?;
+    let mut pending = Vec::new();
+    let mut cancels = Vec::new();
+    for call in calls {
+        if rng.random_bool(0.7) {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
+        }
+        let p = step
+            .push(call.clone())
+            .map_err(|e| format!("push failed: {e}"))?;
+        if rng.random_bool(0.1) {
+            let at = Duration::from_millis(rng.random_range(0..150));
+            let canceller = p.canceller();
+            cancels.push(tokio::spawn(async move {
+                tokio::time::sleep(at).await;
+                let _ = canceller.cancel();
+            }));
+        }
+        pending.push(p);
+    }
+    let mut own = Vec::new();
+    let outcome = if rng.random_bool(0.8) {
+        let outcome = step
+            .finish()
+            .await
+            .map_err(|e| format!("step failed: {e}"))?;
+        for p in pending {
+            own.push(
+                p.result()
+                    .await
+                    .map_err(|e| format!("a call failed: {e}"))?,
+            );
+        }
+        outcome
+    } else {
+        drop(step);
+        for p in pending {
+            own.push(
+                p.result()
+                    .await
+                    .map_err(|e| format!("a call failed: {e}"))?,
+            );
+        }
+        StepOutcome {
+            step: 0,
+            results: own.clone(),
+            deferred: Vec::new(),
+            renamed: Vec::new(),
+        }
+    };
+    for c in cancels {
+        c.abort();
+    }
+    if outcome.results != own {
+        return Err(format!(
+            "step {}: the calls' own results differ from the outcome's",
+            outcome.step
+        ));
+    }
+    Ok(outcome)
+}
+
 fn run_seed(seed: u64) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -653,10 +728,14 @@ fn run_seed(seed: u64) -> Result<(), String> {
             } else {
                 None
             };
-            let outcome = session
-                .run_step(StepRequest::new(calls.clone()))
-                .await
-                .map_err(|e| format!("step failed: {e}"))?;
+            let outcome = if rng.random_bool(0.5) {
+                session
+                    .run_step(StepRequest::new(calls.clone()))
+                    .await
+                    .map_err(|e| format!("step failed: {e}"))?
+            } else {
+                open_step(&session, &calls, &mut rng).await?
+            };
             if let Some(c) = canceller {
                 c.abort();
             }

@@ -8,6 +8,7 @@ mod fs_bench;
 mod pg_bench;
 mod pipeline_bench;
 mod report;
+mod serve_bench;
 mod session_bench;
 mod shell_bench;
 
@@ -29,6 +30,7 @@ fn benches() -> Vec<&'static Bench> {
         code_bench::BENCHES,
         shell_bench::BENCHES,
         pg_bench::BENCHES,
+        serve_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }

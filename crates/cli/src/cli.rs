@@ -93,6 +93,19 @@ pub enum Command {
     /// `holder`: the writer holding its lease now, `updated_at`), or prune old ones.
     #[command(after_help = EXIT_CODES)]
     Sessions(SessionsArgs),
+    /// Serve the pipeline as an MCP server on standard input and output, for a live agent.
+    ///
+    /// Every built-in tool (and every tool of the `--mcp` servers, as `mcp__NAME__TOOL`) is
+    /// listed to the client; each `tools/call` passes the same policy, hooks, sandbox and
+    /// timeouts as `dsh run` and is recorded in LOG (created if missing, recovered and
+    /// continued if present). Concurrent calls join one step: safe ones run side by side,
+    /// the others one at a time; the step ends when no call is in flight. A policy `ask` is
+    /// put to the client as an elicitation (`--approve allow` or `deny` answers them all
+    /// instead); a client that cannot be asked gets `DENIED`. Standard output carries only
+    /// MCP messages; notes go to stderr. It stops when standard input ends, or on SIGTERM or
+    /// SIGINT: the calls still running are recorded as aborted and the log is closed.
+    #[command(after_help = EXIT_CODES)]
+    Serve(ServeArgs),
     /// Run a bundled example transcript on a fresh copy of a small sample project.
     ///
     /// Copies the sample project into a new temporary directory, runs the example (reads,
@@ -142,7 +155,27 @@ pub struct StoreArgs {
     pub lease_ms: u64,
 }
 
-/// Options shared by `run` and `demo`.
+/// `dsh serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The directory the file tools are confined to.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: PathBuf,
+    /// The session log (JSON Lines); created if missing, recovered and continued if present.
+    #[arg(
+        long,
+        value_name = "LOG",
+        required_unless_present = "store",
+        conflicts_with = "store"
+    )]
+    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub options: PipelineOptions,
+}
+
+/// Options shared by `run`, `serve` and `demo`.
 #[derive(Debug, Clone, Args)]
 pub struct PipelineOptions {
     /// Permission rules in TOML: top-level `allow`, `ask` and `deny` lists of `tool` or

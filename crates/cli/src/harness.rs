@@ -8,7 +8,7 @@ use crate::error::CliError;
 use crate::output::note;
 use dsh_command_hooks::{CommandHooks, HookSettings};
 use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
-use dsh_core::{Hooks, ToolRegistry};
+use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
 use dsh_guards::PermissionRules;
 use dsh_mcp::{McpOptions, McpServers, McpToolSource};
 use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
@@ -152,11 +152,14 @@ impl Parts {
 /// server is started only if some of its tools may run under the policy; and every file that
 /// sets up the run (the log, the policy, the hook settings and the scripts they name, the MCP
 /// config and the server commands it names, the spill folder) is protected.
+///
+/// `approval` replaces the responder `--approve` names (`dsh serve` asks its MCP client).
 pub async fn start(
     workspace: &Path,
     target: &crate::store::LogTarget,
     options: &PipelineOptions,
     stdin_free: bool,
+    approval: Option<Arc<dyn ApprovalResponder>>,
 ) -> Result<Running, CliError> {
     let label = target.label();
     let log_path = label.as_path();
@@ -287,7 +290,7 @@ pub async fn start(
     let harness = match builder
         .hooks(hooks)
         .timeout(timeout)
-        .approval(approve::responder(options.approve, stdin_free))
+        .approval(approval.unwrap_or_else(|| approve::responder(options.approve, stdin_free)))
         .build()
         .await
     {

@@ -15,6 +15,7 @@ mod policy_paths;
 mod replay;
 mod run;
 mod store;
+mod serve;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
             .and_then(|log| replay::check(&rt, &log)),
         Command::Recover(args) => store::LogTarget::new(args.log.as_ref(), &args.store)
             .and_then(|log| replay::recover(&rt, &log)),
+        Command::Serve(args) => serve::serve(&rt, &args),
         Command::Export(args) => store::export(&rt, &args.store, &args.session),
         Command::Sessions(args) => {
             store::sessions(&rt, &args.store, args.prune_older_than, &mut out)

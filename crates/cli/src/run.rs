@@ -96,6 +96,7 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
         plan.log,
         plan.options,
         stdin_free,
+        None,
     ))?;
     interrupt.guard(running.session.clone(), running.hooks.clone());
     let name = plan.transcript.name();

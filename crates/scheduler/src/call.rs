@@ -27,7 +27,7 @@ use crate::pipeline::{CallTrack, Pipeline};
 use crate::subcall::SubCalls;
 use crate::telemetry;
 use dsh_core::live::LiveActor;
-use dsh_core::{ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
+use dsh_core::{ContentBlock, ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
 use dsh_session::SessionError;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -76,6 +76,9 @@ struct Answering {
     /// The run's outcome once frozen, before its observers: what a stop that comes while
     /// they run answers.
     frozen: Arc<std::sync::Mutex<Option<CallOutcome>>>,
+    /// The call's `additionalContexts` go at the end of its own result (SPEC.md's "Deferred
+    /// context without a next message") instead of after the step.
+    contexts_in_result: bool,
 }
 
 pub(crate) struct CallArgs {
@@ -86,6 +89,7 @@ pub(crate) struct CallArgs {
     pub reply: oneshot::Sender<CallOutcome>,
     pub subcalls: Arc<SubCalls>,
     pub span: tracing::Span,
+    pub contexts_in_result: bool,
 }
 
 pub(crate) struct CallLifecycle;
@@ -128,6 +132,21 @@ pub(crate) fn interrupted(input: &ToolExecutionInput, track: &CallTrack) -> Cand
     }
 }
 
+/// `result` with `contexts` appended as its last text blocks (they were bounded with the
+/// call's other contexts, after the content was).
+fn with_contexts(result: &FrozenResult, contexts: Vec<String>) -> FrozenResult {
+    let mut content = result.content().to_vec();
+    content.extend(contexts.into_iter().map(ContentBlock::text));
+    FrozenResult::freeze(
+        result.call_id(),
+        result.tool(),
+        content,
+        result.error_info().cloned(),
+        result.meta().cloned(),
+        result.value().cloned(),
+    )
+}
+
 impl Answering {
     /// Closes the sub-calls still in flight and freezes the result under `deadline`.
     async fn outcome(
@@ -157,8 +176,8 @@ impl Answering {
             }
             None => None,
         };
-        let contexts = std::mem::take(&mut candidate.contexts);
-        let result = self
+        let mut contexts = std::mem::take(&mut candidate.contexts);
+        let mut result = self
             .pipeline
             .finalize(
                 &self.input.call_id,
@@ -169,6 +188,9 @@ impl Answering {
                 deadline,
             )
             .await;
+        if self.contexts_in_result && !contexts.is_empty() {
+            result = with_contexts(&result, std::mem::take(&mut contexts));
+        }
         telemetry::record_outcome(&self.span, &result, self.pipeline.config.record_content);
         let outcome = CallOutcome {
             result,
@@ -201,6 +223,7 @@ impl Actor for CallLifecycle {
             reply,
             subcalls,
             span,
+            contexts_in_result,
         } = args;
         let dispatcher: Option<Arc<dyn SubCallDispatcher>> = Some(subcalls.clone());
         let answering = Answering {
@@ -210,6 +233,7 @@ impl Actor for CallLifecycle {
             subcalls,
             span,
             frozen: Arc::default(),
+            contexts_in_result,
         };
         let reply: AnswerPort = Arc::new(std::sync::Mutex::new(Some(reply)));
         let run = {

@@ -15,6 +15,16 @@ pub enum SchedulerError {
         /// The step's results, as far as they go.
         outcome: Box<StepOutcome>,
     },
+    /// A pushed call's result whose `tool/call` or `tool/result` could not be recorded: the
+    /// model must not see it as if it were in the log (a call whose `tool/call` failed was not
+    /// run).
+    #[error("the call's result could not be recorded: {error}")]
+    CallNotRecorded {
+        /// The log's failure.
+        error: SessionError,
+        /// The result as it was frozen.
+        result: Box<dsh_core::FrozenResult>,
+    },
     /// The session's actors are gone or did not answer.
     #[error("the session is unavailable: {0}")]
     Unavailable(String),

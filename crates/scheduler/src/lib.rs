@@ -62,8 +62,10 @@ pub use error::SchedulerError;
 pub use pipeline::{Pipeline, PipelineConfig};
 pub use scheduler::SchedulerConfig;
 pub use session::{
-    Harness, HarnessBuilder, HarnessShutdownReport, OpenedSession, Session, SessionStore,
-    ShutdownReport,
+    CallCanceller, Harness, HarnessBuilder, HarnessShutdownReport, OpenStep, OpenedSession,
+    PendingCall, Session, SessionStore, ShutdownReport,
 };
-pub use step::{CancelTarget, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest};
+pub use step::{
+    CancelTarget, DeferredContext, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest,
+};
 pub use subcall::{SubCallLimits, is_derived_call_id};

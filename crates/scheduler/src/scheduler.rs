@@ -14,7 +14,7 @@ use crate::call::{CallArgs, CallLifecycle, CallMsg, CallOutcome, SharedAck, inte
 use crate::error::SchedulerError;
 use crate::pipeline::candidate::Candidate;
 use crate::pipeline::{CallTrack, Pipeline};
-use crate::step::{CancelTarget, RenamedCallId, SiblingPolicy, StepOutcome, StepRequest};
+use crate::step::{CancelTarget, DeferredContext, RenamedCallId, SiblingPolicy, StepOutcome};
 use crate::subcall::SubCalls;
 use crate::telemetry;
 use dsh_core::event::{ToolCallData, ToolResultData, UserMessageData};
@@ -36,11 +36,24 @@ type StepReply = RpcReplyPort<Result<StepOutcome, SchedulerError>>;
 
 /// The scheduler's messages.
 pub(crate) enum SchedulerMsg {
-    /// Run a step (queued behind the running one).
-    RunStep {
-        request: StepRequest,
-        reply: StepReply,
+    /// Open a step (begun at once when none runs, else queued behind the running one).
+    Open {
+        token: u64,
+        agent: String,
+        context: DeferredContext,
     },
+    /// Calls that join an open step, in arrival order.
+    Push { token: u64, calls: Vec<Pushed> },
+    /// Close a step: it takes no more calls, and finishes once every call has its result.
+    /// `reply` is `None` when its handle was dropped unfinished.
+    Finish {
+        token: u64,
+        reply: Option<StepReply>,
+    },
+    /// Cancel one pushed call of a step, running or queued.
+    CancelPushed { token: u64, ticket: u64 },
+    /// Cancel one step, running or queued.
+    CancelStep { token: u64 },
     /// Cancel a call, the step, or the session.
     Cancel(CancelTarget),
     /// A call's acknowledgement and answer (from its forwarder).
@@ -67,6 +80,43 @@ pub(crate) enum SchedulerMsg {
     },
 }
 
+/// Where a pushed call's own answer goes: its result once the `tool/result` is recorded.
+pub(crate) type CallNotify = oneshot::Sender<Result<FrozenResult, SchedulerError>>;
+
+/// A call pushed into an open step.
+pub(crate) struct Pushed {
+    pub call: ToolCall,
+    /// Its number among its step's pushes (what cancelling it names).
+    pub ticket: u64,
+    pub notify: Option<CallNotify>,
+}
+
+/// A step opened but not begun: it waits behind the running one, gathering its calls.
+struct PendingStep {
+    token: u64,
+    agent: String,
+    context: DeferredContext,
+    calls: Vec<Pushed>,
+    cancelled_tickets: HashSet<u64>,
+    closed: bool,
+    reply: Option<StepReply>,
+    cancelled: Option<CancelReason>,
+}
+
+impl PendingStep {
+    /// Refuses the step: its caller and every call's waiter hear `error`.
+    fn refuse(self, error: impl Fn() -> SchedulerError) {
+        if let Some(reply) = self.reply {
+            let _ = reply.send(Err(error()));
+        }
+        for pushed in self.calls {
+            if let Some(notify) = pushed.notify {
+                let _ = notify.send(Err(error()));
+            }
+        }
+    }
+}
+
 /// Where a closed result goes in the log.
 pub(crate) enum Record {
     /// After its recorded `tool/call`.
@@ -74,7 +124,7 @@ pub(crate) enum Record {
     /// After a `tool/call` sent when the call was closed (a call never reached).
     AfterCall(BoxFuture<'static, Result<u64, SessionError>>),
     /// Nowhere: its `tool/call` could not be recorded.
-    Nowhere,
+    Nowhere(SessionError),
 }
 
 /// How a session's scheduler places calls.
@@ -119,6 +169,8 @@ enum SlotState {
 
 struct Slot {
     call: ToolCall,
+    ticket: u64,
+    notify: Option<CallNotify>,
     parallel: bool,
     cancel_requested: Option<CancelReason>,
     state: SlotState,
@@ -126,9 +178,17 @@ struct Slot {
 }
 
 struct StepRun {
+    token: u64,
     step: u64,
     agent: String,
+    context: DeferredContext,
     slots: Vec<Slot>,
+    /// Every call id of the step so far (ids stay unique within a step).
+    ids: HashSet<String>,
+    /// Takes no more calls: its handle finished (or was dropped), or the session drains.
+    closed: bool,
+    /// Its finisher has been started.
+    finishing: bool,
     next: usize,
     running: usize,
     exclusive_running: bool,
@@ -151,7 +211,7 @@ pub(crate) struct SchedulerState {
     config: SchedulerConfig,
     next_step: u64,
     current: Option<StepRun>,
-    queue: VecDeque<(StepRequest, StepReply, Option<CancelReason>)>,
+    queue: VecDeque<PendingStep>,
     /// Set by `Drain`: no new steps; these wait for the running one to end.
     draining: Option<Vec<oneshot::Sender<()>>>,
     /// The writer, linked under this actor: if it dies, the session cannot record.
@@ -226,12 +286,19 @@ fn close_later(
 /// Empty and repeated ids get fresh ones, so pairing by id stays exact within the step; so
 /// does a model id of the form dsh derives for sub-calls (`PARENT.subN`,
 /// [`crate::is_derived_call_id`]), so that no derived id can be one the model gave. A fresh
-/// id, `dsh_STEP_N`, is neither an id of the step nor of the derived form.
-fn assign_ids(step: u64, calls: &mut [ToolCall]) -> Vec<RenamedCallId> {
-    let mut seen: HashSet<String> = HashSet::new();
+/// id, `dsh_STEP_N`, is neither an id of the step (so far, or of this batch) nor of the
+/// derived form. `first` is the position of the batch's first call in the step; `seen` holds
+/// the ids of the step's earlier calls and gains the batch's.
+fn assign_ids(
+    step: u64,
+    first: usize,
+    seen: &mut HashSet<String>,
+    calls: &mut [&mut ToolCall],
+) -> Vec<RenamedCallId> {
     let taken: HashSet<String> = calls.iter().map(|c| c.call_id.clone()).collect();
     let mut renamed = Vec::new();
-    for (index, call) in calls.iter_mut().enumerate() {
+    for (offset, call) in calls.iter_mut().enumerate() {
+        let index = first + offset;
         if call.call_id.is_empty()
             || seen.contains(&call.call_id)
             || crate::subcall::is_derived_call_id(&call.call_id)
@@ -266,13 +333,9 @@ fn call_event(call: &ToolCall, agent: &str) -> EventBody {
 }
 
 impl SchedulerState {
-    fn begin(
-        &mut self,
-        myself: &ActorRef<SchedulerMsg>,
-        mut request: StepRequest,
-        reply: StepReply,
-        cancelled: Option<CancelReason>,
-    ) {
+    /// Begins a step: it gets its number, and the calls it gathered while queued take
+    /// their places.
+    fn begin(&mut self, myself: &ActorRef<SchedulerMsg>, pending: PendingStep) {
         // SPEC.md "Limits of numbers": a session at the largest step takes no more steps.
         let step = self.next_step;
         if step > dsh_core::event::MAX_STEP {
@@ -283,43 +346,36 @@ impl SchedulerState {
                     dsh_core::event::MAX_STEP
                 ))
             };
-            let _ = reply.send(Err(refused()));
-            for (_, queued, _) in self.queue.drain(..) {
-                let _ = queued.send(Err(refused()));
+            pending.refuse(refused);
+            for queued in self.queue.drain(..) {
+                queued.refuse(refused);
             }
             return;
         }
         self.next_step = step + 1;
-        let renamed = assign_ids(step, &mut request.calls);
-        let slots = request
-            .calls
-            .into_iter()
-            .map(|mut call| {
-                // However a call was built, what it records must read back (SPEC.md's
-                // "Oversized arguments").
-                call.arguments = std::mem::replace(
-                    &mut call.arguments,
-                    Arguments::Json(serde_json::Value::Null),
-                )
-                .within_limits();
-                call
-            })
-            .map(|call| Slot {
-                parallel: is_parallel(&self.pipeline, &call),
-                call,
-                cancel_requested: None,
-                state: SlotState::Waiting,
-                result: None,
-            })
-            .collect();
+        let PendingStep {
+            token,
+            agent,
+            context,
+            calls,
+            cancelled_tickets,
+            closed,
+            reply,
+            cancelled,
+        } = pending;
         let (handle, signal) = CancelHandle::new();
         if let Some(reason) = &cancelled {
             handle.cancel(reason.clone());
         }
         self.current = Some(StepRun {
+            token,
             step,
-            agent: request.agent,
-            slots,
+            agent,
+            context,
+            slots: Vec::new(),
+            ids: HashSet::new(),
+            closed: false,
+            finishing: false,
             next: 0,
             running: 0,
             exclusive_running: false,
@@ -330,9 +386,52 @@ impl SchedulerState {
             deferred: Vec::new(),
             records: Vec::new(),
             log_error: None,
-            renamed,
-            reply: Some(reply),
+            renamed: Vec::new(),
+            reply,
         });
+        self.push(myself, calls);
+        if let Some(run) = self.current.as_mut() {
+            for slot in run.slots.iter_mut() {
+                if cancelled_tickets.contains(&slot.ticket) {
+                    slot.cancel_requested = Some(CancelReason::Caller(String::new()));
+                }
+            }
+            run.closed = closed;
+        }
+        self.pump(myself);
+    }
+
+    /// Calls join the running step (which must be open), each placed as it arrives.
+    fn push(&mut self, myself: &ActorRef<SchedulerMsg>, calls: Vec<Pushed>) {
+        let Some(run) = self.current.as_mut() else {
+            return;
+        };
+        let first = run.slots.len();
+        let mut calls = calls;
+        let renamed = {
+            let mut refs: Vec<&mut ToolCall> = calls.iter_mut().map(|p| &mut p.call).collect();
+            assign_ids(run.step, first, &mut run.ids, &mut refs)
+        };
+        run.renamed.extend(renamed);
+        for pushed in calls {
+            let mut call = pushed.call;
+            // However a call was built, what it records must read back (SPEC.md's
+            // "Oversized arguments").
+            call.arguments = std::mem::replace(
+                &mut call.arguments,
+                Arguments::Json(serde_json::Value::Null),
+            )
+            .within_limits();
+            run.slots.push(Slot {
+                parallel: is_parallel(&self.pipeline, &call),
+                call,
+                ticket: pushed.ticket,
+                notify: pushed.notify,
+                cancel_requested: None,
+                state: SlotState::Waiting,
+                result: None,
+            });
+        }
         self.pump(myself);
     }
 
@@ -366,7 +465,7 @@ impl SchedulerState {
             start_call(&self.pipeline, &self.log, myself, run, i, cap);
             run.next += 1;
         }
-        if run.finished == run.slots.len() && run.reply.is_some() {
+        if run.closed && !run.finishing && run.finished == run.slots.len() {
             self.finish(myself);
         }
     }
@@ -375,9 +474,11 @@ impl SchedulerState {
         let Some(run) = self.current.as_mut() else {
             return;
         };
-        let Some(reply) = run.reply.take() else {
+        if run.finishing {
             return;
-        };
+        }
+        run.finishing = true;
+        let reply = run.reply.take();
         let step = run.step;
         let records = std::mem::take(&mut run.records);
         let deferred = std::mem::take(&mut run.deferred);
@@ -437,15 +538,81 @@ impl SchedulerState {
                     outcome: Box::new(outcome),
                 }),
             };
-            let _ = reply.send(answer);
+            if let Some(reply) = reply {
+                let _ = reply.send(answer);
+            }
             let _ = myself.send_message(SchedulerMsg::StepDone { step });
         });
+    }
+
+    /// Calls pushed into step `token`: placed at once when it runs, gathered when it waits,
+    /// refused (their waiters told why) when it is closed or gone.
+    fn push_to(&mut self, myself: &ActorRef<SchedulerMsg>, token: u64, calls: Vec<Pushed>) {
+        let gone = |draining: bool| {
+            move || {
+                if draining {
+                    SchedulerError::ShutDown
+                } else {
+                    SchedulerError::Unavailable("the step is finished".into())
+                }
+            }
+        };
+        let draining = self.draining.is_some();
+        if let Some(run) = self.current.as_ref().filter(|r| r.token == token) {
+            if run.closed {
+                refuse_calls(calls, gone(draining));
+            } else {
+                self.push(myself, calls);
+            }
+        } else if let Some(queued) = self.queue.iter_mut().find(|q| q.token == token) {
+            if queued.closed {
+                refuse_calls(calls, gone(draining));
+            } else {
+                queued.calls.extend(calls);
+            }
+        } else {
+            refuse_calls(calls, gone(draining));
+        }
+    }
+
+    /// Step `token` takes no more calls; it ends (and answers `reply`) once every call of it
+    /// has its result.
+    fn finish_step(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+        token: u64,
+        reply: Option<StepReply>,
+    ) {
+        if let Some(run) = self.current.as_mut().filter(|r| r.token == token) {
+            if run.finishing {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(SchedulerError::ShutDown));
+                }
+                return;
+            }
+            run.closed = true;
+            if reply.is_some() {
+                run.reply = reply;
+            }
+            self.pump(myself);
+        } else if let Some(queued) = self.queue.iter_mut().find(|q| q.token == token) {
+            queued.closed = true;
+            if reply.is_some() {
+                queued.reply = reply;
+            }
+        } else if let Some(reply) = reply {
+            let _ = reply.send(Err(if self.draining.is_some() {
+                SchedulerError::ShutDown
+            } else {
+                SchedulerError::Unavailable("the step is not open".into())
+            }));
+        }
     }
 
     fn cancel(&mut self, myself: &ActorRef<SchedulerMsg>, target: CancelTarget) {
         if target == CancelTarget::Session {
             for queued in self.queue.iter_mut() {
-                queued.2.get_or_insert(CancelReason::Session);
+                queued.cancelled.get_or_insert(CancelReason::Session);
             }
         }
         let Some(run) = self.current.as_mut() else {
@@ -457,18 +624,7 @@ impl SchedulerState {
                     tracing::debug!(call_id = %id, "cancel: no such call in the running step");
                     return;
                 };
-                match &slot.state {
-                    SlotState::Running { actor, handle, .. } => {
-                        handle.cancel(CancelReason::Caller(String::new()));
-                        if let Some(actor) = actor {
-                            actor.stop(Some("cancelled".into()));
-                        }
-                    }
-                    SlotState::Waiting => {
-                        slot.cancel_requested = Some(CancelReason::Caller(String::new()));
-                    }
-                    SlotState::Closing | SlotState::Done => {}
-                }
+                cancel_slot(slot);
             }
             CancelTarget::Step | CancelTarget::Session => {
                 let reason = if target == CancelTarget::Session {
@@ -520,8 +676,9 @@ impl SchedulerState {
                         content,
                         origin: slot.call.call_id.clone(),
                     }));
-                record_result(&self.log, run.step, seq, &outcome.result, &mut run.records);
-                self.settle(myself, index, outcome.result);
+                let ack = record_result(&self.log, run.step, seq, &outcome.result);
+                run.records.push(ack.clone().boxed());
+                self.settle(myself, index, outcome.result, Ok(ack));
             }
             (Ok(seq), None) => {
                 // The call actor ended without answering (killed, or failed).
@@ -548,7 +705,7 @@ impl SchedulerState {
                 // Nothing of it ran (write-ahead), and nothing of it is in the log.
                 let message =
                     format!("the call was not run: its tool/call could not be recorded ({e})");
-                run.log_error.get_or_insert(e);
+                run.log_error.get_or_insert(e.clone());
                 close_later(
                     &self.pipeline,
                     myself,
@@ -557,7 +714,7 @@ impl SchedulerState {
                     &slot.call,
                     Candidate::failed(ErrorCode::PipelineError, message),
                     track,
-                    Record::Nowhere,
+                    Record::Nowhere(e),
                 );
             }
         }
@@ -583,26 +740,36 @@ impl SchedulerState {
         {
             return;
         }
-        match record {
-            Record::AtSeq(seq) => record_result(&self.log, step, seq, &result, &mut run.records),
+        let ack = match record {
+            Record::AtSeq(seq) => Ok(record_result(&self.log, step, seq, &result)),
             Record::AfterCall(call_ack) => {
                 let data = ToolResultData::from_frozen(&result);
                 let log = self.log.clone();
-                run.records.push(
-                    async move {
-                        let seq = call_ack.await?;
-                        log.send(step, EventBody::result(data, seq)).await
-                    }
-                    .boxed(),
-                );
+                Ok(async move {
+                    let seq = call_ack.await?;
+                    log.send(step, EventBody::result(data, seq)).await
+                }
+                .boxed()
+                .shared())
             }
-            Record::Nowhere => {}
+            Record::Nowhere(e) => Err(e),
+        };
+        if let Ok(ack) = &ack {
+            run.records.push(ack.clone().boxed());
         }
-        self.settle(myself, index, result);
+        self.settle(myself, index, result, ack);
     }
 
-    /// A slot has its result: count it, apply the sibling policy, and start what may start.
-    fn settle(&mut self, myself: &ActorRef<SchedulerMsg>, index: usize, result: FrozenResult) {
+    /// A slot has its result: count it, answer its own waiter once its `tool/result` is
+    /// recorded (`ack`; `Err` when its `tool/call` could not be), apply the sibling policy, and
+    /// start what may start.
+    fn settle(
+        &mut self,
+        myself: &ActorRef<SchedulerMsg>,
+        index: usize,
+        result: FrozenResult,
+        ack: Result<SharedAck, SessionError>,
+    ) {
         let policy = self.config.sibling_policy;
         let Some(run) = self.current.as_mut() else {
             return;
@@ -612,6 +779,25 @@ impl SchedulerState {
         };
         slot.state = SlotState::Done;
         run.finished += 1;
+        if let Some(notify) = slot.notify.take() {
+            let answer = result.clone();
+            tokio::spawn(async move {
+                let answer = match ack {
+                    Ok(ack) => match ack.await {
+                        Ok(_) => Ok(answer),
+                        Err(error) => Err(SchedulerError::CallNotRecorded {
+                            error,
+                            result: Box::new(answer),
+                        }),
+                    },
+                    Err(error) => Err(SchedulerError::CallNotRecorded {
+                        error,
+                        result: Box::new(answer),
+                    }),
+                };
+                let _ = notify.send(answer);
+            });
+        }
         let failed = result.code().is_some_and(|c| !c.is_abort());
         let call_id = result.call_id().to_string();
         slot.result = Some(result);
@@ -637,18 +823,39 @@ fn stop_running(run: &mut StepRun, reason: CancelReason) {
     }
 }
 
-fn record_result(
-    log: &SessionLog,
-    step: u64,
-    call_seq: u64,
-    result: &FrozenResult,
-    records: &mut Vec<BoxFuture<'static, Result<u64, SessionError>>>,
-) {
-    let ack = log.send(
+/// Refuses calls that cannot join their step: nothing of them runs or is recorded.
+fn refuse_calls(calls: Vec<Pushed>, error: impl Fn() -> SchedulerError) {
+    for pushed in calls {
+        if let Some(notify) = pushed.notify {
+            let _ = notify.send(Err(error()));
+        }
+    }
+}
+
+/// Cancels one call of the running step: a running one is stopped, a waiting one will be
+/// closed when the step reaches it.
+fn cancel_slot(slot: &mut Slot) {
+    match &slot.state {
+        SlotState::Running { actor, handle, .. } => {
+            handle.cancel(CancelReason::Caller(String::new()));
+            if let Some(actor) = actor {
+                actor.stop(Some("cancelled".into()));
+            }
+        }
+        SlotState::Waiting => {
+            slot.cancel_requested = Some(CancelReason::Caller(String::new()));
+        }
+        SlotState::Closing | SlotState::Done => {}
+    }
+}
+
+fn record_result(log: &SessionLog, step: u64, call_seq: u64, result: &FrozenResult) -> SharedAck {
+    log.send(
         step,
         EventBody::result(ToolResultData::from_frozen(result), call_seq),
-    );
-    records.push(ack.boxed());
+    )
+    .boxed()
+    .shared()
 }
 
 /// A call the step will never reach: a synthesized `tool/call` + `tool/result` pair. The call
@@ -725,6 +932,7 @@ fn start_call(
             &slot.call.arguments,
             pipeline.config.record_content,
         ),
+        contexts_in_result: run.context == DeferredContext::InResults,
     };
     // The actor starts in the background; a failure to start drops `reply`, which the
     // forwarder reports like any call that ended without an answer.
@@ -795,13 +1003,47 @@ impl Actor for Scheduler {
         state: &mut SchedulerState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SchedulerMsg::RunStep { request, reply } => {
+            SchedulerMsg::Open {
+                token,
+                agent,
+                context,
+            } => {
+                let pending = PendingStep {
+                    token,
+                    agent,
+                    context,
+                    calls: Vec::new(),
+                    cancelled_tickets: HashSet::new(),
+                    closed: false,
+                    reply: None,
+                    cancelled: None,
+                };
                 if state.draining.is_some() {
-                    let _ = reply.send(Err(SchedulerError::ShutDown));
+                    // Nothing of it is recorded: its calls and its finish hear `ShutDown`.
                 } else if state.current.is_some() {
-                    state.queue.push_back((request, reply, None));
+                    state.queue.push_back(pending);
                 } else {
-                    state.begin(&myself, request, reply, None);
+                    state.begin(&myself, pending);
+                }
+            }
+            SchedulerMsg::Push { token, calls } => state.push_to(&myself, token, calls),
+            SchedulerMsg::Finish { token, reply } => state.finish_step(&myself, token, reply),
+            SchedulerMsg::CancelPushed { token, ticket } => {
+                if let Some(run) = state.current.as_mut().filter(|r| r.token == token) {
+                    if let Some(slot) = run.slots.iter_mut().find(|s| s.ticket == ticket) {
+                        cancel_slot(slot);
+                    }
+                    state.pump(&myself);
+                } else if let Some(queued) = state.queue.iter_mut().find(|q| q.token == token) {
+                    queued.cancelled_tickets.insert(ticket);
+                }
+            }
+            SchedulerMsg::CancelStep { token } => {
+                if let Some(run) = state.current.as_mut().filter(|r| r.token == token) {
+                    stop_running(run, CancelReason::Step);
+                    state.pump(&myself);
+                } else if let Some(queued) = state.queue.iter_mut().find(|q| q.token == token) {
+                    queued.cancelled.get_or_insert(CancelReason::Step);
                 }
             }
             SchedulerMsg::Cancel(target) => state.cancel(&myself, target),
@@ -825,15 +1067,20 @@ impl Actor for Scheduler {
                     for w in waiters.drain(..) {
                         let _ = w.send(());
                     }
-                } else if let Some((request, reply, cancelled)) = state.queue.pop_front() {
-                    state.begin(&myself, request, reply, cancelled);
+                } else if let Some(pending) = state.queue.pop_front() {
+                    state.begin(&myself, pending);
                 }
             }
             SchedulerMsg::Drain { busy, reply } => {
-                // Steps that have not started are refused: nothing of them is in the log.
-                for (_, queued, _) in state.queue.drain(..) {
-                    let _ = queued.send(Err(SchedulerError::ShutDown));
+                // Steps that have not started are refused: nothing of them is in the log. The
+                // running one takes no more calls, and ends once its calls have their results.
+                for queued in state.queue.drain(..) {
+                    queued.refuse(|| SchedulerError::ShutDown);
                 }
+                if let Some(run) = state.current.as_mut() {
+                    run.closed = true;
+                }
+                state.pump(&myself);
                 let _ = busy.send(state.current.is_some());
                 let waiters = state.draining.get_or_insert_with(Vec::new);
                 if state.current.is_none() {

@@ -9,10 +9,10 @@
 
 use crate::error::SchedulerError;
 use crate::pipeline::{Pipeline, PipelineConfig};
-use crate::scheduler::{Scheduler, SchedulerArgs, SchedulerConfig, SchedulerMsg};
-use crate::step::{CancelTarget, StepOutcome, StepRequest};
+use crate::scheduler::{Pushed, Scheduler, SchedulerArgs, SchedulerConfig, SchedulerMsg};
+use crate::step::{CancelTarget, DeferredContext, StepOutcome, StepRequest};
 use dsh_core::around::TimeoutLayer;
-use dsh_core::{ApprovalResponder, Hooks, ProtectedPaths, ToolRegistry};
+use dsh_core::{ApprovalResponder, FrozenResult, Hooks, ProtectedPaths, ToolCall, ToolRegistry};
 use dsh_guards::GuardSet;
 use dsh_session::{Durability, Recovery, SessionError, SessionLog};
 use ractor::rpc::CallResult;
@@ -20,7 +20,7 @@ use ractor::{Actor, ActorCell, ActorId, ActorRef, ActorStatus};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -406,6 +406,7 @@ impl Harness {
                 id,
                 table: Arc::downgrade(&self.table),
                 shutting_down: AtomicBool::new(false),
+                next_token: AtomicU64::new(0),
             }),
         };
         let refused = {
@@ -635,6 +636,8 @@ struct SessionInner {
     table: Weak<Mutex<Table>>,
     /// A shutdown has begun: dropping the last handle has nothing left to do.
     shutting_down: AtomicBool,
+    /// Names the steps opened through this session's handles.
+    next_token: AtomicU64,
 }
 
 impl fmt::Debug for SessionInner {
@@ -737,21 +740,47 @@ impl Parts {
 }
 
 impl Session {
-    /// Runs one step: every call gets exactly one result, recorded before this returns.
+    /// Runs one step: every call gets exactly one result, recorded before this returns. It is
+    /// an open step ([`Session::open_step`]) with every call pushed at once, then finished.
     pub async fn run_step(&self, request: StepRequest) -> Result<StepOutcome, SchedulerError> {
-        match self
-            .inner
+        let step = self.open_step_as(request.agent)?;
+        step.push_all(request.calls)?;
+        step.finish().await
+    }
+
+    /// Opens a step of the `main` agent that calls join as they arrive (a model streaming its
+    /// tool-call blocks, or the concurrent requests of an MCP client). See [`OpenStep`].
+    pub fn open_step(&self) -> Result<OpenStep, SchedulerError> {
+        self.open_step_as("main")
+    }
+
+    /// Opens a step of `agent`. Steps run one at a time, in the order they were opened: a
+    /// step opened while another runs gathers its calls and begins when that one ends.
+    pub fn open_step_as(&self, agent: impl Into<String>) -> Result<OpenStep, SchedulerError> {
+        self.open_step_with(agent, DeferredContext::UserMessages)
+    }
+
+    /// Opens a step of `agent` whose deferred context goes where `context` says.
+    pub fn open_step_with(
+        &self,
+        agent: impl Into<String>,
+        context: DeferredContext,
+    ) -> Result<OpenStep, SchedulerError> {
+        let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
+        self.inner
             .actor
-            .call(|reply| SchedulerMsg::RunStep { request, reply }, None)
-            .await
-        {
-            Ok(CallResult::Success(answer)) => answer,
-            Ok(CallResult::Timeout) => Err(SchedulerError::Unavailable("no answer".into())),
-            Ok(CallResult::SenderError) => Err(SchedulerError::Unavailable(
-                "the scheduler stopped before answering".into(),
-            )),
-            Err(e) => Err(SchedulerError::Unavailable(e.to_string())),
-        }
+            .send_message(SchedulerMsg::Open {
+                token,
+                agent: agent.into(),
+                context,
+            })
+            .map_err(|e| SchedulerError::Unavailable(e.to_string()))?;
+        Ok(OpenStep {
+            session: self.clone(),
+            token,
+            next_ticket: AtomicU64::new(0),
+            finished: false,
+        })
     }
 
     /// Cancels a call, the running step, or the session's running and queued steps. It only
@@ -910,4 +939,212 @@ pub struct ShutdownReport {
     pub cancelled_in_flight: bool,
     /// Closing the log failed.
     pub log_error: Option<dsh_session::SessionError>,
+}
+
+/// A step open to calls: [`OpenStep::push`] places each call the moment it arrives, by the
+/// rules every step follows (a parallel-safe call starts at once if the pool has room; an
+/// exclusive call waits for every earlier call of the step and holds every later one), and
+/// each call's result can be awaited on its own ([`PendingCall::result`]).
+/// [`OpenStep::finish`] closes the step: it takes no more calls, and once every call has its
+/// result it records the step's deferred context after them and answers the step's outcome.
+///
+/// Dropping the handle unfinished finishes the step all the same (its calls run on and are
+/// recorded; only the outcome has no one to go to), so no call is left without its result.
+///
+/// ```
+/// use std::sync::Arc;
+/// use async_trait::async_trait;
+/// use dsh_core::{ToolCall, ToolContext, ToolDefinition, ToolFailure, ToolRegistry};
+/// use dsh_scheduler::{HarnessBuilder, SchedulerConfig};
+/// use serde_json::{json, Value};
+///
+/// struct Echo;
+/// #[async_trait]
+/// impl ToolDefinition for Echo {
+///     fn name(&self) -> &str { "echo" }
+///     fn description(&self) -> &str { "echo" }
+///     fn input_schema(&self) -> Value { json!({"type": "object"}) }
+///     async fn execute(&self, input: Value, _: ToolContext) -> Result<Value, ToolFailure> {
+///         Ok(input)
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// let registry = Arc::new(ToolRegistry::new());
+/// registry.register(Echo).unwrap();
+/// let harness = HarnessBuilder::new(registry).build().await.unwrap();
+/// let session = harness.open_session("s", SchedulerConfig::default(), None).await.unwrap().session;
+/// let step = session.open_step().unwrap();
+/// let first = step.push(ToolCall::new("c1", "echo", json!({"n": 1}))).unwrap();
+/// // The first call's result is there (and recorded) while the step is still open.
+/// assert_eq!(first.result().await.unwrap().text(), r#"{"n":1}"#);
+/// let second = step.push(ToolCall::new("c2", "echo", json!({"n": 2}))).unwrap();
+/// let outcome = step.finish().await.unwrap();
+/// assert_eq!(outcome.results.len(), 2);
+/// assert_eq!(second.result().await.unwrap().text(), r#"{"n":2}"#);
+/// assert_eq!(session.log().snapshot().await.unwrap().len(), 4);
+/// harness.shutdown().await;
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct OpenStep {
+    session: Session,
+    token: u64,
+    next_ticket: AtomicU64,
+    finished: bool,
+}
+
+impl OpenStep {
+    /// Adds a call to the step. The call is placed as soon as the scheduler sees it (after
+    /// every call pushed before it); its result comes through the returned [`PendingCall`].
+    /// Pushing into a step the session no longer runs (it is shutting down) answers the call
+    /// [`SchedulerError::ShutDown`] through its [`PendingCall`], and records nothing of it.
+    pub fn push(&self, call: ToolCall) -> Result<PendingCall, SchedulerError> {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let (notify, answer) = tokio::sync::oneshot::channel();
+        self.send(SchedulerMsg::Push {
+            token: self.token,
+            calls: vec![Pushed {
+                call,
+                ticket,
+                notify: Some(notify),
+            }],
+        })?;
+        Ok(PendingCall {
+            answer,
+            cancel: CallCanceller {
+                actor: self.session.inner.actor.clone(),
+                token: self.token,
+                ticket,
+            },
+        })
+    }
+
+    /// Adds calls to the step at once, in order (their results come in the step's outcome).
+    pub fn push_all(&self, calls: Vec<ToolCall>) -> Result<(), SchedulerError> {
+        let calls = calls
+            .into_iter()
+            .map(|call| Pushed {
+                call,
+                ticket: self.next_ticket.fetch_add(1, Ordering::Relaxed),
+                notify: None,
+            })
+            .collect();
+        self.send(SchedulerMsg::Push {
+            token: self.token,
+            calls,
+        })
+    }
+
+    /// Cancels this step: its running calls end `ABORTED` (or `ABORTED_BEFORE_DISPATCH`), the
+    /// calls it has not reached and those pushed later get a synthesized pair. The step still
+    /// ends through [`OpenStep::finish`].
+    pub fn cancel(&self) -> Result<(), SchedulerError> {
+        self.send(SchedulerMsg::CancelStep { token: self.token })
+    }
+
+    /// The session the step belongs to.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Closes the step and waits for its outcome: every call's result in push order, all
+    /// recorded, then the deferred context recorded after them.
+    pub async fn finish(mut self) -> Result<StepOutcome, SchedulerError> {
+        self.finished = true;
+        let token = self.token;
+        match self
+            .session
+            .inner
+            .actor
+            .call(
+                |reply| SchedulerMsg::Finish {
+                    token,
+                    reply: Some(reply),
+                },
+                None,
+            )
+            .await
+        {
+            Ok(CallResult::Success(answer)) => answer,
+            Ok(CallResult::Timeout) => Err(SchedulerError::Unavailable("no answer".into())),
+            Ok(CallResult::SenderError) => Err(SchedulerError::Unavailable(
+                "the scheduler stopped before answering".into(),
+            )),
+            Err(e) => Err(SchedulerError::Unavailable(e.to_string())),
+        }
+    }
+
+    fn send(&self, msg: SchedulerMsg) -> Result<(), SchedulerError> {
+        self.session
+            .inner
+            .actor
+            .send_message(msg)
+            .map_err(|e| SchedulerError::Unavailable(e.to_string()))
+    }
+}
+
+impl Drop for OpenStep {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.session.inner.actor.send_message(SchedulerMsg::Finish {
+                token: self.token,
+                reply: None,
+            });
+        }
+    }
+}
+
+/// One call pushed into an [`OpenStep`]: its result, once recorded. Dropping it leaves the
+/// call running (and recorded) all the same.
+#[derive(Debug)]
+pub struct PendingCall {
+    answer: tokio::sync::oneshot::Receiver<Result<FrozenResult, SchedulerError>>,
+    cancel: CallCanceller,
+}
+
+impl PendingCall {
+    /// The call's result, once its `tool/result` is recorded.
+    /// [`SchedulerError::CallNotRecorded`] when the log failed it (the result is not to be
+    /// shown as if it were in the log), [`SchedulerError::ShutDown`] when it never joined its
+    /// step.
+    pub async fn result(self) -> Result<FrozenResult, SchedulerError> {
+        self.answer.await.unwrap_or_else(|_| {
+            Err(SchedulerError::Unavailable(
+                "the scheduler stopped before answering".into(),
+            ))
+        })
+    }
+
+    /// What cancels this call (it can be kept while [`PendingCall::result`] is awaited).
+    pub fn canceller(&self) -> CallCanceller {
+        self.cancel.clone()
+    }
+
+    /// Cancels this call (see [`CallCanceller::cancel`]).
+    pub fn cancel(&self) -> Result<(), SchedulerError> {
+        self.cancel.cancel()
+    }
+}
+
+/// Cancels one pushed call.
+#[derive(Debug, Clone)]
+pub struct CallCanceller {
+    actor: ActorRef<SchedulerMsg>,
+    token: u64,
+    ticket: u64,
+}
+
+impl CallCanceller {
+    /// Cancels the call: `ABORTED` if its body had started, `ABORTED_BEFORE_DISPATCH` if not
+    /// (a call still waiting for its place gets a synthesized pair when its step reaches it).
+    /// Its result still comes, recorded. A call already answered is left as it is.
+    pub fn cancel(&self) -> Result<(), SchedulerError> {
+        self.actor
+            .send_message(SchedulerMsg::CancelPushed {
+                token: self.token,
+                ticket: self.ticket,
+            })
+            .map_err(|e| SchedulerError::Unavailable(e.to_string()))
+    }
 }

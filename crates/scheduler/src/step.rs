@@ -75,3 +75,17 @@ pub enum CancelTarget {
     /// The running step and every step waiting behind it.
     Session,
 }
+
+/// Where a step's deferred context (the `additionalContexts` of post-execute handlers) goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeferredContext {
+    /// After every result of the step, as `user/message` events (and in
+    /// [`StepOutcome::deferred`]): the next message the model reads.
+    #[default]
+    UserMessages,
+    /// At the end of the call's own result, as its last text blocks, and nowhere else: for
+    /// hosts with no later user message to carry it (`dsh serve`: MCP has none; SPEC.md's
+    /// "Deferred context without a next message"). Results the pipeline closes itself
+    /// (cancelled before they ran, not recorded) carry none.
+    InResults,
+}

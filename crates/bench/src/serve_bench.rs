@@ -1,0 +1,149 @@
+//! `dsh serve`'s server side under an rmcp client, in process: JSON-RPC lines over a pipe
+//! (the stdio framing without the processes), a session on an in-memory log.
+//!
+//! - `serve/roundtrip`: one no-op call after another; `p50_us`, `p99_us` per call.
+//! - `serve/parallel`: 10 concurrent safe calls that each sleep 100 ms, over one connection;
+//!   `wall_ms` (goal ≤ 150).
+#![allow(clippy::expect_used, clippy::panic)]
+
+use crate::Bench;
+use crate::report::{emit, quantile};
+use async_trait::async_trait;
+use dsh_core::{ExecutionMode, ToolContext, ToolDefinition, ToolFailure, ToolRegistry};
+use dsh_scheduler::{HarnessBuilder, SchedulerConfig};
+use dsh_serve::{DshServer, ElicitingApprover, ServeConfig};
+use dsh_session::SessionLog;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const BENCHES: &[Bench] = &[
+    Bench {
+        name: "serve/roundtrip",
+        in_all: true,
+        run: roundtrip,
+    },
+    Bench {
+        name: "serve/parallel",
+        in_all: true,
+        run: parallel,
+    },
+];
+
+/// Sleeps `ms` (0: returns at once); parallel-safe.
+struct Sleep;
+
+#[async_trait]
+impl ToolDefinition for Sleep {
+    fn name(&self) -> &str {
+        "sleep"
+    }
+    fn description(&self) -> &str {
+        "sleeps ms milliseconds"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"ms": {"type": "integer"}}})
+    }
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Parallel
+    }
+    fn is_concurrency_safe(&self, _: &Value) -> bool {
+        true
+    }
+    async fn execute(&self, input: Value, _: ToolContext) -> Result<Value, ToolFailure> {
+        let ms = input["ms"].as_u64().unwrap_or(0);
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        Ok(json!("ok"))
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+async fn connect() -> RunningService<RoleClient, ()> {
+    let registry = Arc::new(ToolRegistry::new());
+    registry.register(Sleep).expect("register");
+    let approver = Arc::new(ElicitingApprover::new());
+    let harness = HarnessBuilder::new(registry.clone())
+        .approval(approver.clone())
+        .build()
+        .await
+        .expect("harness");
+    let log = SessionLog::memory().await.expect("log");
+    let session = harness
+        .open(log, SchedulerConfig::default(), None)
+        .await
+        .expect("session");
+    let server = DshServer::new(session, &registry, approver, ServeConfig::default());
+    let (server_end, client_end) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        let _harness = harness;
+        let _ = server
+            .serve(tokio::io::split(server_end), std::future::pending())
+            .await;
+    });
+    ().serve(tokio::io::split(client_end))
+        .await
+        .expect("client")
+}
+
+fn sleep_call(ms: u64) -> CallToolRequestParams {
+    let mut args = serde_json::Map::new();
+    args.insert("ms".into(), json!(ms));
+    CallToolRequestParams::new("sleep").with_arguments(args)
+}
+
+fn roundtrip() {
+    runtime().block_on(async {
+        let client = connect().await;
+        for _ in 0..200 {
+            let _ = client.call_tool(sleep_call(0)).await;
+        }
+        let mut samples = Vec::new();
+        for _ in 0..2000 {
+            let started = Instant::now();
+            let answer = client.call_tool(sleep_call(0)).await;
+            samples.push(started.elapsed().as_secs_f64() * 1e6);
+            assert!(answer.is_ok_and(|r| r.is_error != Some(true)));
+        }
+        emit(
+            "serve/roundtrip",
+            "p50_us",
+            quantile(&mut samples, 0.5),
+            "us",
+        );
+        emit(
+            "serve/roundtrip",
+            "p99_us",
+            quantile(&mut samples, 0.99),
+            "us",
+        );
+        let _ = client.cancel().await;
+    });
+}
+
+fn parallel() {
+    runtime().block_on(async {
+        let client = connect().await;
+        let _ = client.call_tool(sleep_call(0)).await;
+        let mut walls = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let calls = (0..10).map(|_| client.call_tool(sleep_call(100)));
+            let answers = futures::future::join_all(calls).await;
+            walls.push(started.elapsed().as_secs_f64() * 1e3);
+            assert!(answers.iter().all(|a| a.is_ok()));
+        }
+        emit("serve/parallel", "wall_ms", quantile(&mut walls, 0.5), "ms");
+        let _ = client.cancel().await;
+    });
+}

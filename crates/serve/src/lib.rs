@@ -1,0 +1,36 @@
+//! # dsh-serve
+//!
+//! dsh as an MCP server: a live agent (Claude Code, Codex, any MCP client) calls dsh's tools,
+//! and each call passes dsh's pipeline (policy, hooks, guards, read-before-edit, sandbox,
+//! timeouts) and lands in the session log, write-ahead, where `dsh check` and `dsh replay`
+//! read it.
+//!
+//! - `tools/list`: every tool of the session's registry, sorted by name, with its input schema,
+//!   its `outputSchema` when it has one, and annotations: `readOnlyHint` for tools that run in
+//!   parallel (safe), `destructiveHint` for the exclusive ones (writers).
+//! - `tools/call`: one call pushed into the client's open step ([`dsh_scheduler::OpenStep`]):
+//!   concurrent safe calls run in parallel, exclusive ones wait for the calls before them. The
+//!   step closes when none of its calls is in flight; the next request opens the next step.
+//!   A call's `additionalContexts` end its own result (SPEC.md's "Deferred context without a
+//!   next message"). An error result is `isError: true` with its code first in the text;
+//!   `structuredContent` is the value of a tool that declares an output schema.
+//! - `notifications/cancelled` cancels the call (`ABORTED`, or `ABORTED_BEFORE_DISPATCH`).
+//! - A request with a progress token gets a progress notification every
+//!   [`ServeConfig::progress_every`] while its call runs.
+//! - A policy `ask` becomes an elicitation to the client when it declared the capability
+//!   (accept: allowed once; decline or cancel: `DENIED`), and `DENIED` when it did not
+//!   ([`ElicitingApprover`], the harness's approval responder).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod approval;
+mod error;
+mod server;
+mod tools;
+
+pub use approval::ElicitingApprover;
+pub use error::ServeError;
+pub use server::{DshServer, ServeConfig, serve_stdio};
+pub use tools::{mcp_result, mcp_tools};

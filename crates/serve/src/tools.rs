@@ -1,0 +1,90 @@
+//! dsh's tools and results in MCP's shapes.
+
+use dsh_core::{ContentBlock, ExecutionMode, FrozenResult, ToolRegistry};
+use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// A schema MCP clients take: a JSON object whose root `type` is `object` (the TypeScript SDK
+/// refuses a tool list holding any other).
+fn object_schema(schema: Value) -> Option<Map<String, Value>> {
+    match schema {
+        Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("object") => {
+            Some(map)
+        }
+        _ => None,
+    }
+}
+
+/// Every tool of `registry` as MCP lists it, sorted by name (the same registry always gives
+/// the same list): its description, its input schema, its output schema when it declares an
+/// object one, and annotations: `readOnlyHint` for a tool that runs in parallel (dsh runs
+/// only side-effect-free tools side by side), `destructiveHint` for an exclusive one.
+///
+/// ```
+/// use dsh_core::ToolRegistry;
+/// assert!(dsh_serve::mcp_tools(&ToolRegistry::new()).is_empty());
+/// ```
+pub fn mcp_tools(registry: &ToolRegistry) -> Vec<Tool> {
+    let mut names = registry.names();
+    names.sort();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let tool = registry.get(&name)?;
+            let def = tool.definition();
+            let input = object_schema(def.input_schema()).unwrap_or_else(|| {
+                let mut any = Map::new();
+                any.insert("type".into(), Value::String("object".into()));
+                any
+            });
+            let safe = def.execution_mode() == ExecutionMode::Parallel;
+            let mut listed = Tool::new(name, def.description().to_string(), Arc::new(input))
+                .annotate(ToolAnnotations::new().read_only(safe).destructive(!safe));
+            if let Some(output) = def.output_schema().and_then(object_schema) {
+                listed = listed.with_raw_output_schema(Arc::new(output));
+            }
+            Some(listed)
+        })
+        .collect()
+}
+
+/// A frozen result as MCP's `tools/call` answers it: its content; for an error,
+/// `isError: true` and the error code first in the text (`DENIED: …`); and
+/// `structuredContent` (the result's value) when `structured` (the tool declares an output
+/// schema) and the value is an object.
+pub fn mcp_result(result: &FrozenResult, structured: bool) -> CallToolResult {
+    let mut content: Vec<rmcp::model::ContentBlock> = result
+        .content()
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } => rmcp::model::ContentBlock::text(text.clone()),
+            ContentBlock::Image { media_type, data } => {
+                rmcp::model::ContentBlock::image(data.clone(), media_type.clone())
+            }
+        })
+        .collect();
+    match result.code() {
+        Some(code) => {
+            let first = result
+                .content()
+                .first()
+                .and_then(ContentBlock::as_text)
+                .map(str::to_string);
+            match first {
+                Some(text) => {
+                    content[0] = rmcp::model::ContentBlock::text(format!("{code}: {text}"));
+                }
+                None => content.insert(0, rmcp::model::ContentBlock::text(code.to_string())),
+            }
+            CallToolResult::error(content)
+        }
+        None => {
+            let mut answer = CallToolResult::success(content);
+            if structured && let Some(value @ Value::Object(_)) = result.value() {
+                answer.structured_content = Some(value.clone());
+            }
+            answer
+        }
+    }
+}
