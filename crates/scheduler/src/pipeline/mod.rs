@@ -43,6 +43,7 @@ mod pre_execute;
 
 use crate::pipeline::candidate::Candidate;
 use crate::telemetry;
+use dsh_core::Confinement;
 use dsh_core::pool::BlockingPool;
 use dsh_core::{
     ApprovalResponder, Arguments, ContentBlock, ErrorCode, FrozenResult, Hooks, PartialOutput,
@@ -123,6 +124,9 @@ pub struct Pipeline {
     pub(crate) policy: PathPolicies,
     /// Where user code the chain calls synchronously runs.
     pub(crate) user_code: BlockingPool,
+    /// The workspace declared paths are resolved through before a body runs: the first
+    /// pre-execute handler's that has one (the file tools' sandbox).
+    pub(crate) confinement: Option<Arc<dyn Confinement>>,
 }
 
 impl fmt::Debug for Pipeline {
@@ -199,8 +203,13 @@ impl Pipeline {
                 .filter_map(|h| h.path_policy())
                 .collect(),
         );
+        let confinement = hooks
+            .pre_execute_handlers()
+            .iter()
+            .find_map(|h| h.confinement());
         let user_code = BlockingPool::on_runtime("user-code", config.user_code_threads);
         Pipeline {
+            confinement,
             registry,
             hooks,
             guards,
