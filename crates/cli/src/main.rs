@@ -14,6 +14,7 @@ mod output;
 mod policy_paths;
 mod replay;
 mod run;
+mod tools;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -60,6 +61,7 @@ fn main() -> ExitCode {
         Command::Check(args) => replay::check(&args.log),
         Command::Recover(args) => replay::recover(&args.log),
         Command::Demo(args) => demo::demo(&rt, &args, &mut out),
+        Command::Tools(args) => tools::tools(&rt, &args, &mut out),
     };
     // An approval prompt abandoned at its timeout still waits on stdin in a blocking thread;
     // dropping the runtime would wait for it, so stop waiting after a moment.

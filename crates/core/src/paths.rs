@@ -143,7 +143,7 @@ pub fn schema_declares_paths(schema: &Value) -> bool {
 ///     "$defs": {"In": {"type": "string", "x-dsh-path": "read"}}});
 /// let got = declared_by_schema(&schema, &json!({"out": "o.txt", "ins": ["a", "b"]}));
 /// let raws: Vec<_> = got.iter().map(|d| (d.raw.as_str(), d.access)).collect();
-/// assert_eq!(raws, [("o.txt", Access::Write), ("a", Access::Read), ("b", Access::Read)]);
+/// assert_eq!(raws, [("a", Access::Read), ("b", Access::Read), ("o.txt", Access::Write)]);
 /// ```
 pub fn declared_by_schema(schema: &Value, input: &Value) -> Vec<DeclaredPath> {
     let mut out = Vec::new();

@@ -291,6 +291,38 @@ impl ToolRegistry {
     }
 }
 
+/// Logs a warning, once per tool name, for a tool with a string argument named like a path
+/// (`path`, `file`, `file_path`, `dir`) that declares no path: the workspace sandbox cannot
+/// confine what it does not know is a path.
+fn warn_undeclared_paths(definition: &dyn ToolDefinition) {
+    use std::sync::{Mutex, OnceLock};
+    if definition.declares_paths() {
+        return;
+    }
+    let schema = definition.input_schema();
+    if crate::paths::schema_declares_paths(&schema) {
+        return;
+    }
+    let Some(arg) = crate::paths::path_like_argument(&schema) else {
+        return;
+    };
+    static WARNED: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    let first = WARNED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(definition.name().to_string());
+    if first {
+        tracing::warn!(
+            tool = definition.name(),
+            argument = arg,
+            "the tool has a string argument named like a path but declares no path \
+             (ToolDefinition::path_args, or a WorkspacePath in a typed tool): the workspace \
+             sandbox does not confine it"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,37 +491,5 @@ mod tests {
             .validate_input(&json!({"path": "a", "edits": [{"old": "x"}]}))
             .unwrap_err();
         assert!(why.contains("/edits/0"), "{why}");
-    }
-}
-
-/// Logs a warning, once per tool name, for a tool with a string argument named like a path
-/// (`path`, `file`, `file_path`, `dir`) that declares no path: the workspace sandbox cannot
-/// confine what it does not know is a path.
-fn warn_undeclared_paths(definition: &dyn ToolDefinition) {
-    use std::sync::{Mutex, OnceLock};
-    if definition.declares_paths() {
-        return;
-    }
-    let schema = definition.input_schema();
-    if crate::paths::schema_declares_paths(&schema) {
-        return;
-    }
-    let Some(arg) = crate::paths::path_like_argument(&schema) else {
-        return;
-    };
-    static WARNED: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
-    let first = WARNED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(definition.name().to_string());
-    if first {
-        tracing::warn!(
-            tool = definition.name(),
-            argument = arg,
-            "the tool has a string argument named like a path but declares no path \
-             (ToolDefinition::path_args, or a WorkspacePath in a typed tool): the workspace \
-             sandbox does not confine it"
-        );
     }
 }

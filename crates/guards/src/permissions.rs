@@ -519,6 +519,32 @@ impl PermissionRules {
         }
     }
 
+    /// True when every call of `tool` is denied, whatever its arguments: a deny rule without
+    /// a pattern names it, or the default is `deny` and no allow or ask rule (nor intent rule)
+    /// could let a call through. Such a tool need not be offered to the model.
+    ///
+    /// ```
+    /// use dsh_guards::PermissionRules;
+    /// let rules = PermissionRules::from_toml(r#"deny = ["shell", "write_file(secrets/**)"]"#).unwrap();
+    /// assert!(rules.denies_every_call("shell"));
+    /// assert!(!rules.denies_every_call("write_file"));
+    /// let list = PermissionRules::from_toml("default = \"deny\"\nallow = [\"grep(src/**)\"]").unwrap();
+    /// assert!(!list.denies_every_call("grep"));
+    /// assert!(list.denies_every_call("write_file"));
+    /// ```
+    pub fn denies_every_call(&self, tool: &str) -> bool {
+        let named = |r: &Rule| r.intent.is_none() && r.tool.is_match(tool);
+        if self.deny.iter().any(|r| r.pattern.is_none() && named(r)) {
+            return true;
+        }
+        self.default == RuleClass::Deny
+            && !self
+                .allow
+                .iter()
+                .chain(self.ask.iter())
+                .any(|r| named(r) || r.intent.is_some())
+    }
+
     /// What a call no rule matches gets (`allow` unless set).
     pub fn default_class(&self) -> RuleClass {
         self.default
