@@ -364,7 +364,7 @@ fn temp_file_writer(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// The workspace as a [`Confinement`]: what the pipeline resolves every tool's declared paths
+/// The workspace as a [`dsh_core::Confinement`]: what the pipeline resolves every tool's declared paths
 /// through, and what their handles read and write through.
 impl dsh_core::Confinement for Workspace {
     fn root(&self) -> &Path {

@@ -11,8 +11,8 @@
 //! | `finalize_content`            | `finalize.rs`     |
 //! | `tools/result` observers      | `observe.rs`      |
 //!
-//! [`Pipeline::run`] takes a call from its recorded `tool/call` to a candidate result;
-//! [`Pipeline::freeze`] freezes a candidate (snapshot, `finalize_content`, observers). Both
+//! `Pipeline::run` takes a call from its recorded `tool/call` to a candidate result;
+//! `Pipeline::freeze` freezes a candidate (snapshot, `finalize_content`, observers). Both
 //! are driven by the call-lifecycle actor's task; `freeze` also closes calls that were
 //! cancelled, so every result of a known tool passes `finalize_content` exactly once.
 //!
@@ -23,7 +23,7 @@
 //! `present` ends its call `PIPELINE_ERROR` when the deadline passes (its thread is abandoned),
 //! and an observer past the deadline is given up on (the result stays as it was: an observer
 //! only observes). `finalize_content` is called at most once per call, tracked on the call
-//! ([`CallTrack`]): a result whose `finalize_content` was already called (and then timed out,
+//! (`CallTrack`): a result whose `finalize_content` was already called (and then timed out,
 //! panicked, or was abandoned by a cancel) is frozen without calling it again.
 
 // A stage that ends a call answers the error candidate as `Err`: it is an ordinary outcome
