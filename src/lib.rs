@@ -30,6 +30,13 @@
 //! ```
 
 pub use dsh_core as core;
+pub use dsh_formats as formats;
 pub use dsh_guards as guards;
 pub use dsh_scheduler as scheduler;
 pub use dsh_session as session;
+pub use dsh_tool_fs as tool_fs;
+
+/// The README's embedding example, compiled as a doctest so it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -23,7 +23,7 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 6] = [
+    let lists: [&'static [Bench]; 7] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,

@@ -113,6 +113,33 @@ pub enum Command {
     /// `dsh run` prints, and tells where the workspace and the log are.
     #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
+    /// Print the tools `dsh run` offers, as the `tools` array of a model request.
+    ///
+    /// One JSON array on stdout, sorted by name, in OpenAI/DeepSeek's chat shape
+    /// (`{"type":"function","function":{name, description, parameters}}`) or Anthropic's
+    /// (`{name, description, input_schema}`): the built-in tools, and with `--mcp` the tools of
+    /// every server that starts. Tools every call of which `--policy` denies are left out, and
+    /// under `--read-only` the tools that could only be denied; a tool whose schema the
+    /// provider would refuse is left out and named on stderr.
+    #[command(after_help = EXIT_CODES)]
+    Tools(ToolsArgs),
+}
+
+/// `dsh tools`.
+#[derive(Debug, Args)]
+pub struct ToolsArgs {
+    /// The provider's shape.
+    #[arg(long, value_enum, default_value_t = FormatArg::Openai)]
+    pub format: FormatArg,
+    /// Permission rules (the TOML of `dsh run --policy`).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// MCP servers (the JSON of `dsh run --mcp`); they are started to list their tools.
+    #[arg(long, value_name = "FILE")]
+    pub mcp: Option<PathBuf>,
+    /// Leave out the tools that change files.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 /// `dsh run`.

@@ -9,7 +9,7 @@ use crate::output::note;
 use dsh_command_hooks::{CommandHooks, HookSettings};
 use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
 use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
-use dsh_guards::PermissionRules;
+use dsh_guards::{KnownTools, PermissionRules};
 use dsh_mcp::{McpOptions, McpServers, McpToolSource};
 use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
 use dsh_session::SessionLog;
@@ -186,9 +186,17 @@ pub async fn start(
         }
         None => None,
     };
+    // Every configured server's tools may be named by a rule, started this run or not.
+    let mut mcp_prefixes: Vec<String> = Vec::new();
     let servers = match &options.mcp {
         Some(file) => {
             let mut servers = mcp_servers(file, &root)?;
+            mcp_prefixes.extend(
+                servers
+                    .servers()
+                    .iter()
+                    .map(|server| format!("mcp__{}__", server.name)),
+            );
             // Every configured server's command, started this run or not: a later run may.
             servers.command_paths().iter().for_each(|p| own.add(p));
             if let Some(rules) = &rules {
@@ -231,6 +239,22 @@ pub async fn start(
     if let Err(e) = parts.toolset.register(&registry) {
         parts.stop().await;
         return Err(CliError::Start(format!("registering the file tools: {e}")));
+    }
+    // A rule that names no tool (a typo in a deny rule) would protect nothing: refused now,
+    // before the log is opened or any server started.
+    if let (Some(rules), Some(file)) = (&rules, &options.policy) {
+        let known = mcp_prefixes
+            .iter()
+            .fold(KnownTools::from_registry(&registry), |k, p| {
+                k.with_prefix(p.clone())
+            });
+        if let Err(e) = rules.check_tools(&known) {
+            parts.stop().await;
+            return Err(CliError::Usage(format!(
+                "policy file {}: {e}",
+                file.display()
+            )));
+        }
     }
 
     // The log before the servers: its lock says whether this run may go on at all.
@@ -306,6 +330,17 @@ pub async fn start(
             log_path.display(),
             crate::replay::describe_recovery(&recovery).join("; ")
         ));
+        // A write the crash cut short left its temporary file beside its target.
+        match parts.toolset.remove_stale_temp_files().await {
+            Ok(removed) if !removed.is_empty() => note(format!(
+                "removed {} temporary file(s) of writes the crash cut short",
+                removed.len()
+            )),
+            Ok(_) => {}
+            Err(e) => note(format!(
+                "warning: looking for temporary files of cut-short writes failed: {e}"
+            )),
+        }
     }
     if recovery.next_step > 1 {
         note(format!(

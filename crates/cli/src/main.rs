@@ -16,6 +16,7 @@ mod replay;
 mod run;
 mod store;
 mod serve;
+mod tools;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -74,6 +75,7 @@ fn main() -> ExitCode {
             store::sessions(&rt, &args.store, args.prune_older_than, &mut out)
         }
         Command::Demo(args) => demo::demo(&rt, &args, &mut out),
+        Command::Tools(args) => tools::tools(&rt, &args, &mut out),
     };
     // An approval prompt abandoned at its timeout still waits on stdin in a blocking thread;
     // dropping the runtime would wait for it, so stop waiting after a moment.

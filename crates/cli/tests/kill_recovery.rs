@@ -1,6 +1,6 @@
 //! `dsh run` killed with SIGKILL at random moments, over a long transcript of writes and
 //! edits under `--durability batch`. After each kill: the log recovers and passes `dsh check`,
-//! no workspace file is half-written, and every file change that happened has its `tool/call`
+//! no workspace file is half-written, no temporary file of a cut-short write is left, and every file change that happened has its `tool/call`
 //! in the log (write-ahead).
 //!
 //! 10 kills run by default; `cargo test -p dsh-cli --test kill_recovery -- --ignored` runs 100.
@@ -147,6 +147,14 @@ fn one_trial(seed: u64, trial: usize, full: u64) -> bool {
     assert_eq!(resumed.code, 0, "{ctx}: {}", resumed.stderr);
     let checked = check(&log);
     assert_eq!(checked.code, 0, "{ctx}: {}", checked.stderr);
+    // Recovery removed the temporary files of the writes the kill cut short.
+    let leftovers: Vec<String> = std::fs::read_dir(&ws)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".dsh-") && name.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{ctx}: left behind: {leftovers:?}");
 
     // Every change on disk was announced in the log before it happened.
     let events = log_events(&log);

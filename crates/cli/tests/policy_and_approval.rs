@@ -94,3 +94,51 @@ fn read_only_denies_every_change() {
             .contains("a + b")
     );
 }
+
+#[test]
+fn a_rule_naming_no_known_tool_stops_the_run_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = sample_workspace(dir.path());
+    let log = dir.path().join("session.jsonl");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, r#"deny = ["wirte_file(secrets/**)"]"#).unwrap();
+    let step = r#"{"role":"assistant","tool_calls":[{"id":"w","type":"function","function":{"name":"write_file","arguments":"{\"path\":\"secrets/k\",\"content\":\"x\"}"}}]}"#;
+    let t = transcript(dir.path(), "t.jsonl", &[step]);
+    let ran = run(&t, &ws, &log, &["--policy", policy.to_str().unwrap()]);
+    assert_ne!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stderr.contains("wirte_file(secrets/**)")
+            && ran.stderr.contains("names no known tool")
+            && ran.stderr.contains("`write_file`"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!ws.join("secrets/k").exists(), "nothing ran");
+    assert!(!log.exists(), "no log was started");
+
+    // A configured MCP server's tools may be named before the server lists them.
+    let mcp = dir.path().join("mcp.json");
+    std::fs::write(
+        &mcp,
+        r#"{"mcpServers": {"github": {"command": "/nonexistent/server"}}}"#,
+    )
+    .unwrap();
+    std::fs::write(&policy, r#"deny = ["mcp__github__*", "mcp__gitlab__push"]"#).unwrap();
+    let ran = run(
+        &t,
+        &ws,
+        &log,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--mcp",
+            mcp.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(ran.code, 0);
+    assert!(
+        ran.stderr.contains("mcp__gitlab__push") && ran.stderr.contains("`mcp__github__*`"),
+        "{}",
+        ran.stderr
+    );
+}

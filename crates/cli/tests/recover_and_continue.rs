@@ -339,3 +339,45 @@ fn a_log_whose_whole_events_break_an_invariant_is_refused_everywhere_and_left_as
         "the log is untouched"
     );
 }
+
+#[test]
+fn recovery_removes_the_temporary_files_of_writers_that_are_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = sample_workspace(dir.path());
+    let log = dir.path().join("session.jsonl");
+    let first = run(&example("openai"), &ws, &log, &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    // The crash: the last result never written, a write's temporary file left beside its
+    // target (pid 999999999 is past any pid_max, so that writer is gone).
+    let bytes = std::fs::read(&log).unwrap();
+    let last_start = bytes[..bytes.len() - 1]
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .unwrap()
+        + 1;
+    std::fs::write(&log, &bytes[..last_start]).unwrap();
+    std::fs::create_dir_all(ws.join("src/deep")).unwrap();
+    let stale = [
+        ws.join(".README.md.dsh-999999999-0.tmp"),
+        ws.join("src/deep/.lib.rs.dsh-999999999-17.tmp"),
+    ];
+    // A live writer's (this test's own pid) and a file merely named alike stay.
+    let live = ws.join(format!(".notes.txt.dsh-{}-2.tmp", std::process::id()));
+    let alike = ws.join("src/.x.dsh-abc-1.tmp");
+    for f in stale.iter().chain([&live, &alike]) {
+        std::fs::write(f, "half a write").unwrap();
+    }
+    let t = transcript(dir.path(), "again.jsonl", &[AGAIN]);
+    let second = run(&t, &ws, &log, &[]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        second.stderr.contains("removed 2 temporary file(s)"),
+        "{}",
+        second.stderr
+    );
+    for f in &stale {
+        assert!(!f.exists(), "{} was left", f.display());
+    }
+    assert!(live.exists() && alike.exists());
+    assert_eq!(check(&log).code, 0);
+}

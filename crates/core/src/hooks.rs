@@ -199,6 +199,13 @@ pub trait PreExecuteHandler: Send + Sync {
     fn path_policy(&self) -> Option<Arc<dyn PathPolicy>> {
         None
     }
+
+    /// The workspace this handler confines paths to, if it is a sandbox: the pipeline resolves
+    /// every tool's declared paths through the first one before the body runs
+    /// ([`crate::ToolContext::paths`]). `None` by default.
+    fn confinement(&self) -> Option<Arc<dyn crate::paths::Confinement>> {
+        None
+    }
 }
 
 /// What a post-execute handler sees: a successful body's result.

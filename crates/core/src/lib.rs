@@ -25,6 +25,7 @@ pub mod error;
 pub mod event;
 pub mod hooks;
 pub mod live;
+pub mod paths;
 pub mod policy;
 pub mod pool;
 pub mod registry;
@@ -32,6 +33,7 @@ pub mod result;
 pub mod signal;
 pub mod tool;
 pub mod transcript;
+pub mod typed;
 
 pub use around::Around;
 pub use content::ContentBlock;
@@ -43,6 +45,7 @@ pub use hooks::{
     PostExecuteHandler, PostExecuteOutcome, PreExecuteContext, PreExecuteHandler,
     PreExecuteOutcome, PreToolDecision, Replacement, ResultObserver,
 };
+pub use paths::{Confinement, DeclaredPath, PathArg, ResolvedPath, ResolvedPaths};
 pub use policy::{Access, PathPolicies, PathPolicy, ProtectedPaths};
 pub use registry::{RegisteredTool, ToolRegistry};
 pub use result::{DeferredMessage, FrozenResult, ToolError};
@@ -51,3 +54,4 @@ pub use tool::{
     Arguments, ExecutionMode, MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, PartialOutput, RetryPolicy,
     SubjectKind, ToolCall, ToolContext, ToolDefinition, ToolExecutionInput, ToolFailure,
 };
+pub use typed::{Typed, TypedTool, WorkspacePath};

@@ -252,6 +252,7 @@ impl ToolRegistry {
         if !valid_name(&name) {
             return Err(CoreError::InvalidToolName(name));
         }
+        warn_undeclared_paths(definition.as_ref());
         let compiled = Arc::new(RegisteredTool::compile(definition)?);
         match self.tools.entry(name) {
             dashmap::Entry::Occupied(e) => Err(CoreError::DuplicateTool(e.key().clone())),
@@ -287,6 +288,38 @@ impl ToolRegistry {
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+}
+
+/// Logs a warning, once per tool name, for a tool with a string argument named like a path
+/// (`path`, `file`, `file_path`, `dir`) that declares no path: the workspace sandbox cannot
+/// confine what it does not know is a path.
+fn warn_undeclared_paths(definition: &dyn ToolDefinition) {
+    use std::sync::{Mutex, OnceLock};
+    if definition.declares_paths() {
+        return;
+    }
+    let schema = definition.input_schema();
+    if crate::paths::schema_declares_paths(&schema) {
+        return;
+    }
+    let Some(arg) = crate::paths::path_like_argument(&schema) else {
+        return;
+    };
+    static WARNED: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    let first = WARNED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(definition.name().to_string());
+    if first {
+        tracing::warn!(
+            tool = definition.name(),
+            argument = arg,
+            "the tool has a string argument named like a path but declares no path \
+             (ToolDefinition::path_args, or a WorkspacePath in a typed tool): the workspace \
+             sandbox does not confine it"
+        );
     }
 }
 

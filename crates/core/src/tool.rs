@@ -3,6 +3,7 @@
 use crate::content::ContentBlock;
 use crate::dispatcher::SubCallDispatcher;
 use crate::error::ErrorCode;
+use crate::paths::{Confinement, DeclaredPath, PathArg, ResolvedPaths, declared_by_args};
 use crate::policy::PathPolicies;
 use crate::signal::Signal;
 use async_trait::async_trait;
@@ -182,6 +183,14 @@ pub struct ToolContext {
     pub policy: PathPolicies,
     /// Where the body may publish its output so far (see [`PartialOutput`]).
     pub partial: PartialOutput,
+    /// The call's declared paths ([`ToolDefinition::path_args`]), resolved inside the
+    /// workspace and allowed by the path policies before the body runs: read and write them
+    /// through these handles, never by their raw names. Empty when the tool declares none or
+    /// no workspace confines the pipeline.
+    pub paths: ResolvedPaths,
+    /// The workspace that confines the pipeline's paths, if one does (the file tools'
+    /// sandbox): typed tools resolve their `WorkspacePath` arguments through it.
+    pub confinement: Option<Arc<dyn Confinement>>,
 }
 
 impl fmt::Debug for ToolContext {
@@ -213,6 +222,8 @@ impl ToolContext {
             dispatcher: None,
             policy: PathPolicies::none(),
             partial: PartialOutput::default(),
+            paths: ResolvedPaths::default(),
+            confinement: None,
         }
     }
 }
@@ -302,14 +313,69 @@ pub trait ToolDefinition: Send + Sync + 'static {
         SubjectKind::Path
     }
 
-    /// The strings permission rules match against (`tool(pattern)`): by default the `path`
-    /// argument, if there is one.
+    /// The strings permission rules match against (`tool(pattern)`): by default the declared
+    /// paths ([`ToolDefinition::declared_paths`]), or else the `path` argument, if there is one.
     fn permission_subjects(&self, input: &Value) -> Vec<String> {
+        let declared = self.declared_paths(input);
+        if !declared.is_empty() {
+            return declared.into_iter().map(|d| d.raw).collect();
+        }
         input
             .get("path")
             .and_then(Value::as_str)
             .map(|p| vec![p.to_string()])
             .unwrap_or_default()
+    }
+
+    /// The top-level arguments that are paths, and whether the tool reads or writes them. The
+    /// pipeline confines them to the workspace before the body runs, matches them against the
+    /// `read(…)`/`write(…)` permission rules, and hands the body their resolved handles in
+    /// [`ToolContext::paths`] (see [`crate::paths`]). None by default: the tool is unchanged.
+    ///
+    /// ```
+    /// # use async_trait::async_trait;
+    /// use dsh_core::{PathArg, ToolContext, ToolDefinition, ToolFailure};
+    /// use serde_json::{json, Value};
+    /// struct WordCount;
+    /// #[async_trait]
+    /// impl ToolDefinition for WordCount {
+    ///     fn name(&self) -> &str { "word_count" }
+    ///     fn description(&self) -> &str { "Counts the words of a file." }
+    ///     fn input_schema(&self) -> Value {
+    ///         json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+    ///     }
+    ///     fn path_args(&self) -> Vec<PathArg> { vec![PathArg::read("path")] }
+    ///     async fn execute(&self, _input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
+    ///         let file = ctx.paths.get("path").ok_or_else(|| ToolFailure::new("no workspace"))?;
+    ///         let text = file.read_to_string(1 << 20).map_err(|e| ToolFailure::new(e.to_string()))?;
+    ///         Ok(json!(text.split_whitespace().count()))
+    ///     }
+    /// }
+    /// assert_eq!(WordCount.declared_paths(&json!({"path": "a.txt"}))[0].raw, "a.txt");
+    /// ```
+    fn path_args(&self) -> Vec<PathArg> {
+        Vec::new()
+    }
+
+    /// The paths one call declares, with their access: by default the strings of
+    /// [`ToolDefinition::path_args`]. A tool whose paths hide inside another argument (a patch)
+    /// says so here.
+    fn declared_paths(&self, input: &Value) -> Vec<DeclaredPath> {
+        declared_by_args(&self.path_args(), input)
+    }
+
+    /// Whether the tool declares its paths at all (by default: it has
+    /// [`ToolDefinition::path_args`]). A tool that does not, and has a string argument named
+    /// like a path, is warned about once when it is registered.
+    fn declares_paths(&self) -> bool {
+        !self.path_args().is_empty()
+    }
+
+    /// True for a tool that resolves and checks its declared paths itself, through the
+    /// workspace, as it uses them (the built-in file tools): the pipeline still confines and
+    /// judges them before the call runs, but does not resolve them again for the body.
+    fn resolves_own_paths(&self) -> bool {
+        false
     }
 
     /// The body. Returns the canonical value, which stays private to the execution.

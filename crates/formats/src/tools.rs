@@ -58,6 +58,33 @@ pub fn tool_specs(registry: &ToolRegistry, keep: impl Fn(&str) -> bool) -> Vec<T
 /// assert!(check_tool_schema(Format::Anthropic, &json!({"type": "string"})).is_err());
 /// ```
 pub fn check_tool_schema(format: Format, schema: &Value) -> Result<(), String> {
+    check_schema_root(format, schema)
+}
+
+/// Why a provider would refuse a tool's name: both take `^[a-zA-Z0-9_-]{1,64}$` (dsh also
+/// allows `.` and names up to 128 bytes).
+///
+/// ```
+/// use dsh_formats::{Format, check_tool_name};
+/// assert!(check_tool_name(Format::OpenAi, "mcp__github__create_issue").is_ok());
+/// assert!(check_tool_name(Format::Anthropic, "fs.read").is_err());
+/// ```
+pub fn check_tool_name(format: Format, name: &str) -> Result<(), String> {
+    let fits = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "{format} takes tool names of 1 to 64 letters, digits, `_` and `-`; `{name}` is not one"
+        ))
+    }
+}
+
+fn check_schema_root(format: Format, schema: &Value) -> Result<(), String> {
     let Some(root) = schema.as_object() else {
         return Err("the input schema must be a JSON object".into());
     };

@@ -34,4 +34,13 @@ pub enum GuardsError {
     /// A permission file that is not valid TOML of the expected shape.
     #[error("invalid permission rules file: {0}")]
     InvalidRules(String),
+    /// A rule whose tool part names no tool dsh knows: a typo in a deny rule would otherwise
+    /// protect nothing.
+    #[error("permission rule `{rule}` names no known tool; the known tools are {known}")]
+    UnknownTool {
+        /// The rule as written.
+        rule: String,
+        /// The known tools, intents and MCP prefixes, listed.
+        known: String,
+    },
 }

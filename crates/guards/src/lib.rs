@@ -42,7 +42,7 @@ mod set;
 
 pub use error::GuardsError;
 pub use guard::{FnGuard, Guard, GuardCall, GuardVerdict};
-pub use permissions::{PermissionRules, Rule, RuleClass};
+pub use permissions::{KnownTools, PermissionRules, Rule, RuleClass};
 pub use set::{
     DEFAULT_EVALUATION_TIMEOUT, DEFAULT_POOL_THREADS, GuardOwner, GuardSet, GuardSetMsg,
     GuardSnapshot,

@@ -12,6 +12,22 @@
 //! the sandbox and the guards still apply). An allow-list only means something with
 //! `default = "deny"` (or `"ask"`).
 //!
+//! ## Intents: `read(glob)` and `write(glob)`
+//!
+//! `write(secrets/**)` matches every call that declares it writes a matching path, whatever
+//! the tool: `write_file`, `edit_file`, `apply_patch`, and any tool that declares its path
+//! arguments ([`dsh_core::ToolDefinition::path_args`], a typed tool's `WorkspacePath`, an
+//! MCP tool whose schema carries the annotation). `read(glob)` does the same for reads. One
+//! rule instead of one per writing tool, so a forgotten tool is not a hole. As a path policy
+//! they bind the paths a body touches too (each file a walk visits, the resolved target of a
+//! write), and the shell's sandbox (read-only and hidden paths) honours them.
+//!
+//! ## Every rule names a tool
+//!
+//! [`PermissionRules::check_tools`] refuses rules whose tool part names no known tool (a
+//! registered tool, an intent, or a name under a prefix such as an MCP server's
+//! `mcp__NAME__`): `deny = ["wirte_file(secrets/**)"]` must fail loudly, not protect nothing.
+//!
 //! ## Commands
 //!
 //! A tool whose subjects are commands ([`SubjectKind::Command`]: `shell`) is matched by words,
@@ -67,7 +83,7 @@ use async_trait::async_trait;
 use dsh_core::SubjectKind;
 use dsh_core::command_words::{self, Word};
 use dsh_core::hooks::{HookError, PreExecuteContext, PreExecuteHandler, PreExecuteOutcome};
-use dsh_core::{Access, PathPolicy};
+use dsh_core::{Access, DeclaredPath, PathPolicy};
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Deserialize;
 use std::fmt;
@@ -76,6 +92,12 @@ use std::sync::Arc;
 
 /// The tool whose rules every read must also pass.
 const READ_FILE: &str = "read_file";
+/// The intent rule about reading: `read(glob)` matches every tool that declares it reads a
+/// matching path.
+pub const INTENT_READ: &str = "read";
+/// The intent rule about writing: `write(glob)` matches every tool that declares it writes a
+/// matching path.
+pub const INTENT_WRITE: &str = "write";
 
 /// Which list a rule is in (and, as the policy's `default`, what an unmatched call gets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize)]
@@ -102,6 +124,9 @@ pub struct Rule {
     /// For a pattern ending in `/**`, the pattern without it: the folder itself is covered
     /// too, since a search rooted there reads everything the rule covers.
     folder: Option<GlobMatcher>,
+    /// For an intent rule (`read(…)`, `write(…)`), the access it is about: it matches every
+    /// tool that declares that access to a matching path, whatever the tool's name.
+    intent: Option<Access>,
 }
 
 impl fmt::Debug for Rule {
@@ -160,7 +185,13 @@ impl Rule {
             Some(Some(f)) => Some(glob(f, text)?),
             _ => None,
         };
+        let intent = match tool {
+            INTENT_READ => Some(Access::Read),
+            INTENT_WRITE => Some(Access::Write),
+            _ => None,
+        };
         Ok(Rule {
+            intent,
             source: trimmed.to_string(),
             tool: glob(tool, text)?,
             pattern: match pattern {
@@ -182,7 +213,7 @@ impl Rule {
     /// assert!(!rule.matches("edit_file", &[".github/ci.yml".to_string()]));
     /// ```
     pub fn matches(&self, tool: &str, subjects: &[String]) -> bool {
-        if !self.tool.is_match(tool) {
+        if self.intent.is_some() || !self.tool.is_match(tool) {
             return false;
         }
         match &self.pattern {
@@ -215,16 +246,73 @@ impl Rule {
         }
     }
 
+    /// For an intent rule (`read(glob)`, `write(glob)`), the access it matches.
+    ///
+    /// ```
+    /// use dsh_core::Access;
+    /// assert_eq!(dsh_guards::Rule::parse("write(secrets/**)").unwrap().intent(), Some(Access::Write));
+    /// assert_eq!(dsh_guards::Rule::parse("write_file(secrets/**)").unwrap().intent(), None);
+    /// ```
+    pub fn intent(&self) -> Option<Access> {
+        self.intent
+    }
+
+    /// An intent rule for `access` that covers one of `paths` (normalized), or that has no
+    /// pattern and `paths` is not empty.
+    fn intent_covers(&self, access: Access, paths: &[String]) -> bool {
+        if self.intent != Some(access) || paths.is_empty() {
+            return false;
+        }
+        match &self.pattern {
+            None => true,
+            Some(p) => paths.iter().any(|s| self.covers(p, s)),
+        }
+    }
+
     /// The rule as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The tool part as written (a name or a glob).
+    pub fn tool_part(&self) -> &str {
+        match self.source.find('(') {
+            Some(open) => self.source[..open].trim(),
+            None => self.source.trim(),
+        }
+    }
+
+    /// Whether the tool part can name a tool of `known`: it matches a known name, or it can
+    /// name a tool under a known prefix (a literal name must be longer than the prefix; a glob's
+    /// literal head must agree with the prefix), or it is an intent.
+    fn names_a_known_tool(&self, known: &KnownTools) -> bool {
+        if self.intent.is_some() {
+            return true;
+        }
+        let tool = self.tool_part();
+        if known.names.iter().any(|n| self.tool.is_match(n)) {
+            return true;
+        }
+        let head = match tool.find(['*', '?', '[', '{', '\\']) {
+            Some(i) => &tool[..i],
+            None => {
+                return known
+                    .prefixes
+                    .iter()
+                    .any(|p| tool.len() > p.len() && tool.starts_with(p.as_str()));
+            }
+        };
+        known
+            .prefixes
+            .iter()
+            .any(|p| p.starts_with(head) || head.starts_with(p.as_str()))
     }
 
     /// True when this rule, whatever the subjects, covers every tool whose name starts with
     /// `prefix`: it has no pattern, and its tool part is a literal prefix of `prefix` followed
     /// by a lone `*` (`mcp__github__*`, `mcp__*`, `*`).
     fn covers_every_tool_with_prefix(&self, prefix: &str) -> bool {
-        if self.pattern.is_some() {
+        if self.pattern.is_some() || self.intent.is_some() {
             return false;
         }
         let tool = self.source.trim();
@@ -236,7 +324,8 @@ impl Rule {
 
     /// A rule with a pattern that covers `subject` (already normalized), for `tool`.
     fn covers_for(&self, tool: &str, subject: &str) -> bool {
-        self.tool.is_match(tool)
+        self.intent.is_none()
+            && self.tool.is_match(tool)
             && self
                 .pattern
                 .as_ref()
@@ -245,6 +334,9 @@ impl Rule {
 
     /// Whether this rule keeps `tool` from reading `subject` unasked (see the module docs).
     fn hides_read(&self, tool: &str, subject: &str) -> bool {
+        if self.intent.is_some() {
+            return self.intent_covers(Access::Read, &[subject.to_string()]);
+        }
         match &self.pattern {
             Some(_) => self.covers_for(tool, subject) || self.covers_for(READ_FILE, subject),
             None => self.tool.is_match(READ_FILE) && !self.tool.is_match(tool),
@@ -268,6 +360,86 @@ fn strip_trailing_slashes(pattern: &str) -> &str {
         pattern
     } else {
         stripped
+    }
+}
+
+/// The tools a policy's rules may name: every rule must name at least one of them, so a typo
+/// (`wirte_file(secrets/**)`) is refused when the policy loads instead of protecting nothing.
+///
+/// Known are the registered tools, and any name under a prefix of a tool source whose tools
+/// are listed only once it starts (an MCP server's `mcp__NAME__`).
+///
+/// ```
+/// use dsh_guards::{KnownTools, PermissionRules};
+/// let known = KnownTools::new(["read_file", "write_file"]).with_prefix("mcp__github__");
+/// let ok = PermissionRules::from_toml(r#"deny = ["write_file(secrets/**)", "mcp__github__push", "mcp__*"]"#).unwrap();
+/// assert!(ok.check_tools(&known).is_ok());
+/// let typo = PermissionRules::from_toml(r#"deny = ["wirte_file(secrets/**)"]"#).unwrap();
+/// let err = typo.check_tools(&known).unwrap_err().to_string();
+/// assert!(err.contains("wirte_file") && err.contains("write_file"), "{err}");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct KnownTools {
+    names: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl KnownTools {
+    /// These tool names.
+    pub fn new<I, S>(names: I) -> KnownTools
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut known = KnownTools::default();
+        for name in names {
+            known.add(name);
+        }
+        known
+    }
+
+    /// The tools registered in `registry`.
+    pub fn from_registry(registry: &dsh_core::ToolRegistry) -> KnownTools {
+        KnownTools::new(registry.names())
+    }
+
+    /// Adds one tool name.
+    pub fn add(&mut self, name: impl Into<String>) -> &mut Self {
+        let name = name.into();
+        if !self.names.contains(&name) {
+            self.names.push(name);
+        }
+        self
+    }
+
+    /// Every name starting with `prefix` (and longer than it) is known too: the tools of a
+    /// source listed only once it starts (`mcp__NAME__`).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> KnownTools {
+        let prefix = prefix.into();
+        if !self.prefixes.contains(&prefix) {
+            self.prefixes.push(prefix);
+        }
+        self
+    }
+
+    /// The known names and prefixes, as an error message lists them.
+    fn describe(&self) -> String {
+        let mut names: Vec<String> = self.names.iter().map(|n| format!("`{n}`")).collect();
+        names.sort();
+        let mut parts = vec![names.join(", ")];
+        parts.push("the intents `read(…)` and `write(…)`".into());
+        if !self.prefixes.is_empty() {
+            let mut prefixes: Vec<String> =
+                self.prefixes.iter().map(|p| format!("`{p}*`")).collect();
+            prefixes.sort();
+            parts.push(format!("any tool named {}", prefixes.join(", ")));
+        }
+        parts.retain(|p| !p.is_empty());
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join("; and ")
+        }
     }
 }
 
@@ -328,6 +500,49 @@ impl PermissionRules {
             root: None,
             default: file.default.unwrap_or_default(),
         })
+    }
+
+    /// Refuses the rules when one of them names no tool of `known` (see [`KnownTools`]): a
+    /// typo in a deny rule must never protect nothing. Call it once the tools are registered,
+    /// before the first call runs.
+    pub fn check_tools(&self, known: &KnownTools) -> Result<(), GuardsError> {
+        let unknown = [&self.deny, &self.ask, &self.allow]
+            .into_iter()
+            .flat_map(|list| list.iter())
+            .find(|rule| !rule.names_a_known_tool(known));
+        match unknown {
+            None => Ok(()),
+            Some(rule) => Err(GuardsError::UnknownTool {
+                rule: rule.source().to_string(),
+                known: known.describe(),
+            }),
+        }
+    }
+
+    /// True when every call of `tool` is denied, whatever its arguments: a deny rule without
+    /// a pattern names it, or the default is `deny` and no allow or ask rule (nor intent rule)
+    /// could let a call through. Such a tool need not be offered to the model.
+    ///
+    /// ```
+    /// use dsh_guards::PermissionRules;
+    /// let rules = PermissionRules::from_toml(r#"deny = ["shell", "write_file(secrets/**)"]"#).unwrap();
+    /// assert!(rules.denies_every_call("shell"));
+    /// assert!(!rules.denies_every_call("write_file"));
+    /// let list = PermissionRules::from_toml("default = \"deny\"\nallow = [\"grep(src/**)\"]").unwrap();
+    /// assert!(!list.denies_every_call("grep"));
+    /// assert!(list.denies_every_call("write_file"));
+    /// ```
+    pub fn denies_every_call(&self, tool: &str) -> bool {
+        let named = |r: &Rule| r.intent.is_none() && r.tool.is_match(tool);
+        if self.deny.iter().any(|r| r.pattern.is_none() && named(r)) {
+            return true;
+        }
+        self.default == RuleClass::Deny
+            && !self
+                .allow
+                .iter()
+                .chain(self.ask.iter())
+                .any(|r| named(r) || r.intent.is_some())
     }
 
     /// What a call no rule matches gets (`allow` unless set).
@@ -393,9 +608,63 @@ impl PermissionRules {
         }
     }
 
+    /// [`PermissionRules::classify_kind`] with the call's declared paths for the intent
+    /// rules (see [`PermissionRules::classify_declared`]); for commands, an intent rule that
+    /// matches a declared path is stricter than what the commands match.
+    pub fn classify_call(
+        &self,
+        tool: &str,
+        kind: SubjectKind,
+        subjects: &[String],
+        declared: &[DeclaredPath],
+    ) -> Option<(RuleClass, &Rule)> {
+        match kind {
+            SubjectKind::Path => self.classify_declared(tool, subjects, declared),
+            SubjectKind::Command => {
+                let by_paths = self.classify_declared("", &[], declared);
+                let by_words = command_rules::classify(self, tool, subjects);
+                match (by_paths, by_words) {
+                    (Some(a), Some(b)) => Some(if a.0 >= b.0 { a } else { b }),
+                    (a, b) => a.or(b),
+                }
+            }
+        }
+    }
+
     /// The strictest list with a matching rule, and that rule.
     pub fn classify(&self, tool: &str, subjects: &[String]) -> Option<(RuleClass, &Rule)> {
+        self.classify_declared(tool, subjects, &[])
+    }
+
+    /// [`PermissionRules::classify`], with the paths the call declares
+    /// ([`dsh_core::ToolDefinition::declared_paths`]) for the intent rules: `read(glob)` and
+    /// `write(glob)` match a call that declares that access to a matching path.
+    ///
+    /// ```
+    /// use dsh_core::{Access, DeclaredPath};
+    /// use dsh_guards::{PermissionRules, RuleClass};
+    /// let rules = PermissionRules::from_toml(r#"deny = ["write(secrets/**)"]"#).unwrap();
+    /// let writes = |raw: &str| vec![DeclaredPath { arg: "path".into(), raw: raw.into(), access: Access::Write }];
+    /// let class = |tool, d: &[DeclaredPath]| rules.classify_declared(tool, &[], d).map(|(c, _)| c);
+    /// assert_eq!(class("write_file", &writes("secrets/k")), Some(RuleClass::Deny));
+    /// assert_eq!(class("my_exporter", &writes("./secrets/x/y")), Some(RuleClass::Deny));
+    /// assert_eq!(class("my_exporter", &writes("out/k")), None);
+    /// ```
+    pub fn classify_declared(
+        &self,
+        tool: &str,
+        subjects: &[String],
+        declared: &[DeclaredPath],
+    ) -> Option<(RuleClass, &Rule)> {
         let subjects: Vec<String> = subjects.iter().map(|s| self.normalize(s)).collect();
+        let by_access = |access: Access| -> Vec<String> {
+            declared
+                .iter()
+                .filter(|d| d.access == access)
+                .map(|d| self.normalize(&d.raw))
+                .collect()
+        };
+        let (reads, writes) = (by_access(Access::Read), by_access(Access::Write));
         [
             (RuleClass::Deny, &*self.deny),
             (RuleClass::Ask, &*self.ask),
@@ -405,7 +674,11 @@ impl PermissionRules {
         .find_map(|(class, rules)| {
             rules
                 .iter()
-                .find(|r| r.matches(tool, &subjects))
+                .find(|r| {
+                    r.matches(tool, &subjects)
+                        || r.intent_covers(Access::Read, &reads)
+                        || r.intent_covers(Access::Write, &writes)
+                })
                 .map(|r| (class, r))
         })
     }
@@ -463,7 +736,8 @@ impl PreExecuteHandler for PermissionRules {
         let tool = call.tool.name();
         let subjects = call.tool.permission_subjects(call.arguments);
         let kind = call.tool.permission_subject_kind();
-        Ok(match self.classify_kind(tool, kind, &subjects) {
+        let declared = call.tool.declared_paths(call.arguments);
+        Ok(match self.classify_call(tool, kind, &subjects, &declared) {
             Some((RuleClass::Deny, rule)) => {
                 PreExecuteOutcome::deny(format!("denied by permission rule `{}`", rule.source()))
             }
@@ -504,7 +778,10 @@ impl PermissionRules {
             .flat_map(|l| l.iter())
             .find(|rule| match access {
                 Access::Read => rule.hides_read(tool, &subject),
-                Access::Write => rule.covers_for(tool, &subject),
+                Access::Write => {
+                    rule.covers_for(tool, &subject)
+                        || rule.intent_covers(Access::Write, std::slice::from_ref(&subject))
+                }
             })
     }
 }
@@ -685,6 +962,52 @@ mod tests {
                     Some((RuleClass::Deny, _))
                 ),
                 "{p} escaped the rule"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rule_naming_no_known_tool_is_refused_naming_the_known_ones() {
+        let known = KnownTools::new(["read_file", "write_file", "edit_file", "shell"])
+            .with_prefix("mcp__github__");
+        let check = |toml: &str| {
+            PermissionRules::from_toml(toml)
+                .unwrap()
+                .check_tools(&known)
+        };
+        for good in [
+            r#"deny = ["write_file(secrets/**)"]"#,
+            r#"ask = ["*"]"#,
+            r#"deny = ["*(secrets/**)", "{write,edit}_file(.git)"]"#,
+            r#"deny = ["mcp__github__create_issue", "mcp__github__*", "mcp__*"]"#,
+            r#"allow = ["shell(git status*)"]"#,
+        ] {
+            assert!(check(good).is_ok(), "{good}: {:?}", check(good));
+        }
+        for (bad, named) in [
+            (
+                r#"deny = ["wirte_file(secrets/**)"]"#,
+                "wirte_file(secrets/**)",
+            ),
+            (
+                r#"allow = ["read_file"]
+deny = ["mcp__gitlab__*"]"#,
+                "mcp__gitlab__*",
+            ),
+            (r#"ask = ["mcp__github__"]"#, "mcp__github__"),
+            (r#"deny = ["bash(rm *)"]"#, "bash(rm *)"),
+        ] {
+            let err = check(bad).unwrap_err();
+            assert!(matches!(err, GuardsError::UnknownTool { .. }), "{bad}");
+            let text = err.to_string();
+            assert!(text.contains(named), "{text}");
+            assert!(
+                text.contains("`write_file`"),
+                "names the known tools: {text}"
+            );
+            assert!(
+                text.contains("`mcp__github__*`"),
+                "and the prefixes: {text}"
             );
         }
     }

@@ -12,8 +12,8 @@
 //!   with `error.type` gets the status `Error`, as the conventions ask) on their way to an
 //!   exporter, and hands out the `tracing_subscriber` layer ([`Telemetry::layer`]).
 //! - [`dsh_targets`] is the filter that keeps that layer to dsh's own spans and events.
-//! - With the `otlp` feature (off by default), [`Telemetry::otlp`] and
-//!   [`Telemetry::otlp_from_env`] export over OTLP (HTTP/protobuf), configured by the
+//! - With the `otlp` feature (off by default), `Telemetry::otlp` and
+//!   `Telemetry::otlp_from_env` export over OTLP (HTTP/protobuf), configured by the
 //!   standard `OTEL_EXPORTER_OTLP_*` variables.
 //!
 //! Without the `otlp` feature the crate has no exporter of its own: give [`Telemetry`] any

@@ -99,5 +99,5 @@ pub use hash::ContentHash;
 pub use intent::{FsIntent, FsIntentHandler, FsOp, IntentKind, IntentVerdict};
 pub use monitor::{FsIntentMonitor, MonitorMsg, Refusal};
 pub use sandbox::Sandbox;
-pub use toolset::{FsToolset, FsToolsetBuilder, Limits};
+pub use toolset::{FsToolset, FsToolsetBuilder, Limits, MAX_SWEEP_ENTRIES};
 pub use workspace::{Existing, Workspace};

@@ -50,6 +50,9 @@ impl Default for Limits {
     }
 }
 
+/// The most entries [`FsToolset::remove_stale_temp_files`] looks at.
+pub const MAX_SWEEP_ENTRIES: usize = 200_000;
+
 /// What every tool of a toolset shares.
 pub(crate) struct Shared {
     pub(crate) ws: Workspace,
@@ -192,6 +195,17 @@ impl FsToolset {
     /// The canonical workspace root.
     pub fn root(&self) -> &Path {
         self.shared.ws.root()
+    }
+
+    /// Removes the temporary files of earlier writers that are gone (a process killed
+    /// mid-write): [`crate::Workspace::remove_stale_temp_files`], off the async workers, over
+    /// at most [`MAX_SWEEP_ENTRIES`] entries. A host calls it when it recovers a session log
+    /// (the log's lock says no other run of it is writing). Answers the removed files.
+    pub async fn remove_stale_temp_files(&self) -> Result<Vec<PathBuf>, FsError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.ws.remove_stale_temp_files(MAX_SWEEP_ENTRIES))
+            .await
+            .map_err(|e| FsError::Spawn(e.to_string()))?
     }
 
     /// Whether mutations are refused.

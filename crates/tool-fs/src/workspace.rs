@@ -258,6 +258,85 @@ impl Workspace {
         Ok(())
     }
 
+    /// Removes the temporary files [`Workspace::write_atomic`] leaves behind when its process
+    /// dies mid-write (`.NAME.dsh-PID-N.tmp`), for every writer process that is gone; a live
+    /// process's files (this one's included) are left alone. Walks the workspace without
+    /// following symlinks, through the root's handle, looking at most at `max_entries`
+    /// entries. Answers the removed files, relative to the root.
+    ///
+    /// Knowing whether a process is gone needs `/proc`; without it nothing is removed.
+    ///
+    /// ```
+    /// use dsh_tool_fs::Workspace;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// std::fs::write(dir.path().join(".a.txt.dsh-999999999-3.tmp"), "half").unwrap();
+    /// let ws = Workspace::open(dir.path()).unwrap();
+    /// let removed = ws.remove_stale_temp_files(10_000).unwrap();
+    /// assert_eq!(removed, vec![std::path::PathBuf::from(".a.txt.dsh-999999999-3.tmp")]);
+    /// ```
+    pub fn remove_stale_temp_files(&self, max_entries: usize) -> Result<Vec<PathBuf>, FsError> {
+        let mut removed = Vec::new();
+        if !Path::new("/proc/self").exists() {
+            return Ok(removed);
+        }
+        let own = std::process::id();
+        let mut pending: Vec<PathBuf> = vec![PathBuf::new()];
+        let mut seen = 0usize;
+        while let Some(rel) = pending.pop() {
+            let Ok(dir) = self.open_dir(&rel) else {
+                continue;
+            };
+            let Ok(entries) = dir.entries() else {
+                continue;
+            };
+            let mut stale = Vec::new();
+            for entry in entries.flatten() {
+                seen += 1;
+                if seen > max_entries {
+                    break;
+                }
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let name = entry.file_name();
+                if kind.is_dir() {
+                    pending.push(rel.join(&name));
+                } else if kind.is_file()
+                    && let Some(pid) = name.to_str().and_then(temp_file_writer)
+                    && pid != own
+                    && !Path::new("/proc").join(pid.to_string()).exists()
+                {
+                    stale.push(name);
+                }
+            }
+            let mut any = false;
+            for name in stale {
+                match dir.remove_file(&name) {
+                    Ok(()) => {
+                        any = true;
+                        removed.push(rel.join(&name));
+                    }
+                    Err(e) => tracing::warn!(
+                        file = %sandbox::display(&rel.join(&name)),
+                        error = %e,
+                        "a stale temporary file could not be removed"
+                    ),
+                }
+            }
+            if any {
+                sync_dir(dir);
+            }
+            if seen > max_entries {
+                tracing::warn!(
+                    max_entries,
+                    "the workspace is too large to look for stale temporary files everywhere"
+                );
+                break;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes a file (durably).
     pub fn remove_file(&self, rel: &Path) -> Result<(), FsError> {
         let (parent, name) = split(rel)?;
@@ -266,6 +345,62 @@ impl Workspace {
             .map_err(|e| classify("deleting", rel, e))?;
         sync_dir(pdir);
         Ok(())
+    }
+}
+
+/// The writer's process id, when `name` is one of [`Workspace::write_atomic`]'s temporary
+/// files: `.STEM.dsh-PID-N.tmp`.
+fn temp_file_writer(name: &str) -> Option<u32> {
+    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (rest, n) = inner.rsplit_once('-')?;
+    let (rest, pid) = rest.rsplit_once('-')?;
+    let stem = rest.strip_suffix(".dsh")?;
+    if stem.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// The workspace as a [`dsh_core::Confinement`]: what the pipeline resolves every tool's declared paths
+/// through, and what their handles read and write through.
+impl dsh_core::Confinement for Workspace {
+    fn root(&self) -> &Path {
+        Workspace::root(self)
+    }
+
+    fn resolve(&self, raw: &str) -> Result<PathBuf, String> {
+        Workspace::resolve(self, raw).map_err(|e| e.to_string())
+    }
+
+    fn read(&self, rel: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+        let shown = sandbox::display(rel);
+        match self
+            .load(rel, max_bytes)
+            .map_err(|e| io::Error::other(e.to_string()))?
+        {
+            Existing::File(bytes) => Ok(bytes),
+            Existing::Missing => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("`{shown}` does not exist"),
+            )),
+            Existing::TooLarge(n) => Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("`{shown}` is {n} bytes, past the limit of {max_bytes}"),
+            )),
+            Existing::Dir => Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                format!("`{shown}` is a directory"),
+            )),
+            Existing::Special => Err(io::Error::other(format!("`{shown}` is not a regular file"))),
+        }
+    }
+
+    fn write(&self, rel: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.write_atomic(rel, bytes)
+            .map_err(|e| io::Error::other(e.to_string()))
     }
 }
 

@@ -29,8 +29,8 @@ use async_trait::async_trait;
 use dsh_core::around::{DispatchOutcome, DispatchRequest, Leaf, Next};
 use dsh_core::pool::{Activity, PoolError};
 use dsh_core::{
-    ContentBlock, ErrorCode, PathPolicies, RegisteredTool, Signal, SubCallDispatcher, ToolContext,
-    ToolExecutionInput, ToolFailure,
+    Confinement, ContentBlock, ErrorCode, PathPolicies, RegisteredTool, ResolvedPaths, Signal,
+    SubCallDispatcher, ToolContext, ToolExecutionInput, ToolFailure,
 };
 use futures::FutureExt;
 use serde_json::Value;
@@ -54,6 +54,7 @@ struct BodyLeaf<'a> {
     track: &'a CallTrack,
     dispatcher: Option<Arc<dyn SubCallDispatcher>>,
     policy: PathPolicies,
+    confinement: Option<Arc<dyn Confinement>>,
     grace: Duration,
     /// The arguments policy judged: the only ones the body may run with.
     approved: Value,
@@ -99,6 +100,30 @@ impl Leaf for BodyLeaf<'_> {
 }
 
 impl BodyLeaf<'_> {
+    /// The call's declared paths, resolved through the workspace and put to the path policies
+    /// (off the async workers: resolving stats the disk). A refusal is the call's `DENIED`,
+    /// before its body runs. Nothing to do for a tool that declares none, or resolves its own.
+    async fn resolve_paths(&self, arguments: &Value) -> Result<ResolvedPaths, ToolFailure> {
+        let definition = self.tool.definition();
+        if definition.resolves_own_paths() {
+            return Ok(ResolvedPaths::default());
+        }
+        let declared = definition.declared_paths(arguments);
+        let Some(confinement) = self.confinement.clone() else {
+            return Ok(ResolvedPaths::default());
+        };
+        if declared.is_empty() {
+            return Ok(ResolvedPaths::default());
+        }
+        let policy = self.policy.clone();
+        let name = definition.name().to_string();
+        tokio::task::spawn_blocking(move || {
+            dsh_core::paths::resolve_declared(&confinement, &policy, &name, &declared)
+        })
+        .await
+        .unwrap_or_else(|e| Err(ToolFailure::new(format!("resolving the paths failed: {e}"))))
+    }
+
     async fn run_body(&self, req: DispatchRequest) -> DispatchOutcome {
         if req.arguments != self.approved {
             tracing::error!(
@@ -114,7 +139,10 @@ impl BodyLeaf<'_> {
         if signal.is_cancelled() {
             return Err(ended_by_signal(&signal));
         }
+        let paths = self.resolve_paths(&req.arguments).await?;
         let ctx = ToolContext {
+            paths,
+            confinement: self.confinement.clone(),
             call_id: req.call_id,
             agent: req.agent,
             parent: req.parent,
@@ -167,6 +195,7 @@ pub(super) async fn run(
         track,
         dispatcher,
         policy: pipeline.policy.clone(),
+        confinement: pipeline.confinement.clone(),
         grace: pipeline.config.body_grace,
         approved: arguments.clone(),
         failures: Mutex::new(Vec::new()),

@@ -11,8 +11,8 @@
 //! | `finalize_content`            | `finalize.rs`     |
 //! | `tools/result` observers      | `observe.rs`      |
 //!
-//! [`Pipeline::run`] takes a call from its recorded `tool/call` to a candidate result;
-//! [`Pipeline::freeze`] freezes a candidate (snapshot, `finalize_content`, observers). Both
+//! `Pipeline::run` takes a call from its recorded `tool/call` to a candidate result;
+//! `Pipeline::freeze` freezes a candidate (snapshot, `finalize_content`, observers). Both
 //! are driven by the call-lifecycle actor's task; `freeze` also closes calls that were
 //! cancelled, so every result of a known tool passes `finalize_content` exactly once.
 //!
@@ -23,7 +23,7 @@
 //! `present` ends its call `PIPELINE_ERROR` when the deadline passes (its thread is abandoned),
 //! and an observer past the deadline is given up on (the result stays as it was: an observer
 //! only observes). `finalize_content` is called at most once per call, tracked on the call
-//! ([`CallTrack`]): a result whose `finalize_content` was already called (and then timed out,
+//! (`CallTrack`): a result whose `finalize_content` was already called (and then timed out,
 //! panicked, or was abandoned by a cancel) is frozen without calling it again.
 
 // A stage that ends a call answers the error candidate as `Err`: it is an ordinary outcome
@@ -43,6 +43,7 @@ mod pre_execute;
 
 use crate::pipeline::candidate::Candidate;
 use crate::telemetry;
+use dsh_core::Confinement;
 use dsh_core::pool::BlockingPool;
 use dsh_core::{
     ApprovalResponder, Arguments, ContentBlock, ErrorCode, FrozenResult, Hooks, PartialOutput,
@@ -123,6 +124,9 @@ pub struct Pipeline {
     pub(crate) policy: PathPolicies,
     /// Where user code the chain calls synchronously runs.
     pub(crate) user_code: BlockingPool,
+    /// The workspace declared paths are resolved through before a body runs: the first
+    /// pre-execute handler's that has one (the file tools' sandbox).
+    pub(crate) confinement: Option<Arc<dyn Confinement>>,
 }
 
 impl fmt::Debug for Pipeline {
@@ -199,8 +203,13 @@ impl Pipeline {
                 .filter_map(|h| h.path_policy())
                 .collect(),
         );
+        let confinement = hooks
+            .pre_execute_handlers()
+            .iter()
+            .find_map(|h| h.confinement());
         let user_code = BlockingPool::on_runtime("user-code", config.user_code_threads);
         Pipeline {
+            confinement,
             registry,
             hooks,
             guards,

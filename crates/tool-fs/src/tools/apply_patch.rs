@@ -373,6 +373,18 @@ impl ToolDefinition for ApplyPatch {
         permission_subjects(&self.shared, APPLY_PATCH, input)
     }
 
+    fn declares_paths(&self) -> bool {
+        true
+    }
+
+    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
+        super::declared(APPLY_PATCH, input)
+    }
+
+    fn resolves_own_paths(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let text = arg(&input, "input").unwrap_or_default().to_string();
         let shared = self.shared.clone();

@@ -114,6 +114,18 @@ impl ToolDefinition for EditFile {
         permission_subjects(&self.shared, EDIT_FILE, input)
     }
 
+    fn path_args(&self) -> Vec<dsh_core::PathArg> {
+        vec![dsh_core::PathArg::write("path")]
+    }
+
+    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
+        super::declared(EDIT_FILE, input)
+    }
+
+    fn resolves_own_paths(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or_default().to_string();
         let old = arg(&input, "old_string").unwrap_or_default().to_string();

@@ -168,6 +168,18 @@ impl ToolDefinition for Glob {
         permission_subjects(&self.shared, GLOB, input)
     }
 
+    fn path_args(&self) -> Vec<dsh_core::PathArg> {
+        vec![dsh_core::PathArg::read("path")]
+    }
+
+    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
+        super::declared(GLOB, input)
+    }
+
+    fn resolves_own_paths(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let pattern = arg(&input, "pattern").unwrap_or_default().to_string();
         let path = arg(&input, "path").unwrap_or(".").to_string();

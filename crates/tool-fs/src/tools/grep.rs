@@ -475,6 +475,18 @@ impl ToolDefinition for Grep {
         permission_subjects(&self.shared, GREP, input)
     }
 
+    fn path_args(&self) -> Vec<dsh_core::PathArg> {
+        vec![dsh_core::PathArg::read("path")]
+    }
+
+    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
+        super::declared(GREP, input)
+    }
+
+    fn resolves_own_paths(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let shared = self.shared.clone();
         blocking(move || run(&shared, &input, &ctx.signal, &ctx.policy)).await

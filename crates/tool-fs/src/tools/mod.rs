@@ -103,6 +103,25 @@ pub(crate) fn named_paths(tool: &str, input: &Value) -> Option<Vec<String>> {
     }
 }
 
+/// The paths a call of a file tool names, with the access the tool declares: write for the
+/// three that change files, read for the others.
+pub(crate) fn declared(tool: &str, input: &Value) -> Vec<dsh_core::DeclaredPath> {
+    let access = if MUTATING.contains(&tool) {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    named_paths(tool, input)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|raw| dsh_core::DeclaredPath {
+            arg: if tool == APPLY_PATCH { "input" } else { "path" }.to_string(),
+            raw,
+            access,
+        })
+        .collect()
+}
+
 /// What permission rules match against: each path as written, and also as resolved inside
 /// the workspace (normalized, symlinks followed), so `./secrets/k`, `/ws/secrets/k` and a
 /// symlink to `secrets/` are all caught by `tool(secrets/**)`.

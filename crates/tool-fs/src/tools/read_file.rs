@@ -120,6 +120,18 @@ impl ToolDefinition for ReadFile {
         permission_subjects(&self.shared, READ_FILE, input)
     }
 
+    fn path_args(&self) -> Vec<dsh_core::PathArg> {
+        vec![dsh_core::PathArg::read("path")]
+    }
+
+    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
+        super::declared(READ_FILE, input)
+    }
+
+    fn resolves_own_paths(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or_default().to_string();
         // The schema says at least 1, but the tool is public and may be called without it:

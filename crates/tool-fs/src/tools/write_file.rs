@@ -106,6 +106,18 @@ impl ToolDefinition for WriteFile {
         permission_subjects(&self.shared, WRITE_FILE, input)
     }
 
+    fn path_args(&self) -> Vec<dsh_core::PathArg> {
+        vec![dsh_core::PathArg::write("path")]
+    }
+
+    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
+        super::declared(WRITE_FILE, input)
+    }
+
+    fn resolves_own_paths(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or_default().to_string();
         let content = arg(&input, "content").unwrap_or_default().to_string();
