@@ -636,3 +636,85 @@ fn claude_settings_load_hooks_and_permissions_with_claude_codes_precedence() {
             .starts_with('x')
     );
 }
+
+#[test]
+fn grep_takes_claude_codes_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = sample_workspace(dir.path());
+    let lines = [message(&[
+        (
+            "type",
+            "Grep",
+            json!({"pattern": "add", "type": "rust", "output_mode": "files_with_matches"}),
+        ),
+        (
+            "after",
+            "Grep",
+            json!({"pattern": "pub fn add", "path": "src/lib.rs", "output_mode": "content", "-A": 1, "-B": 0}),
+        ),
+        (
+            "before",
+            "Grep",
+            json!({"pattern": "pub fn add", "path": "src/lib.rs", "output_mode": "content", "-B": 1}),
+        ),
+        (
+            "multi",
+            "Grep",
+            json!({"pattern": "fn add.*\\n\\s*a \\+ b", "multiline": true, "output_mode": "files_with_matches"}),
+        ),
+        (
+            "single",
+            "Grep",
+            json!({"pattern": "fn add.*\\n\\s*a \\+ b", "output_mode": "files_with_matches"}),
+        ),
+        (
+            "head",
+            "Grep",
+            json!({"pattern": "fn", "output_mode": "content", "head_limit": 1, "-i": true}),
+        ),
+        (
+            "bad-type",
+            "Grep",
+            json!({"pattern": "x", "type": "no-such-type"}),
+        ),
+    ])];
+    let ran = run_lines(dir.path(), &ws, &lines, &[]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let found = result_text(&ran, "type");
+    assert!(
+        found.contains("src/lib.rs") && !found.contains(".md"),
+        "{found}"
+    );
+    let after = result_text(&ran, "after");
+    assert!(
+        after.contains("a + b") && !after.contains("Adds two"),
+        "{after}"
+    );
+    let before = result_text(&ran, "before");
+    assert!(
+        before.contains("Adds two") && !before.contains("a + b"),
+        "{before}"
+    );
+    assert!(
+        result_text(&ran, "multi").contains("src/lib.rs"),
+        "{}",
+        result_text(&ran, "multi")
+    );
+    // Without `multiline` a pattern cannot span lines.
+    assert!(
+        !result_text(&ran, "single").contains("src/lib.rs"),
+        "{}",
+        result_text(&ran, "single")
+    );
+    let head = result_text(&ran, "head");
+    assert_eq!(
+        head.lines().filter(|l| l.starts_with("src/")).count(),
+        1,
+        "{head}"
+    );
+    assert!(
+        is_error(&ran, "bad-type"),
+        "{}",
+        result_text(&ran, "bad-type")
+    );
+}
