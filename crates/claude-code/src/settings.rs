@@ -37,9 +37,10 @@ impl PermissionLists {
     /// Adds the `permissions` block of a settings file (nothing when it has none).
     ///
     /// ```
-    /// use dsh_claude_code::settings::PermissionLists;
+    /// use dsh_claude_code::settings::{PermissionLists, Places};
     /// let mut lists = PermissionLists::default();
-    /// lists.add_json(r#"{"permissions": {"deny": ["Read(./.env)"], "allow": ["Bash(npm run test:*)"]}}"#, None).unwrap();
+    /// let text = r#"{"permissions": {"deny": ["Read(./.env)"], "allow": ["Bash(npm run test:*)"]}}"#;
+    /// lists.add_json(text, Places::default()).unwrap();
     /// assert!(lists.deny.contains(&"Read(.env/**)".to_string()));
     /// assert!(lists.deny.contains(&"Grep(.env/**)".to_string()));
     /// assert_eq!(lists.allow, ["Bash(npm run test:*)"]);
