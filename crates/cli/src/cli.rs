@@ -253,9 +253,33 @@ pub struct PipelineOptions {
     pub mcp: Option<PathBuf>,
     /// Command hooks in Claude Code's settings shape: `{"hooks": {"PreToolUse": [...],
     /// "PostToolUse": [...]}}`, so an existing `.claude/settings.json` works as it is. They
-    /// run with `sh -c` in the workspace; matchers see dsh's tool names.
+    /// run with `sh -c` in the workspace; matchers see the profile's tool names (dsh's, or
+    /// Claude Code's with `--profile claude-code`). Only the file's hooks are read.
     #[arg(long, value_name = "FILE")]
     pub hooks: Option<PathBuf>,
+    /// The tools offered: `dsh` (read_file, edit_file, shell, run_code, …) or `claude-code`
+    /// (Claude Code's names and argument shapes: Read, Write, Edit, MultiEdit, Glob, Grep, LS,
+    /// Bash, as thin adapters over dsh's tools: the same confinement, read-before-edit and
+    /// rules). Under `claude-code`, a policy's unmatched Write, Edit, MultiEdit and Bash calls
+    /// are asked about (unless the policy's default is deny), as in Claude Code.
+    #[arg(long, value_enum, default_value_t = ProfileArg::Dsh, value_name = "PROFILE")]
+    pub profile: ProfileArg,
+    /// Claude Code settings files, loaded whole: their `permissions` (allow/ask/deny rules in
+    /// Claude Code's syntax, merged with `--policy`; deny beats ask beats allow across every
+    /// file) and their `hooks`. Repeatable. `auto` loads the workspace's
+    /// `.claude/settings.json` and `.claude/settings.local.json` and `~/.claude/settings.json`,
+    /// those that exist.
+    #[arg(long = "claude-settings", value_name = "FILE|auto")]
+    pub claude_settings: Vec<PathBuf>,
+}
+
+/// `--profile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProfileArg {
+    /// dsh's own tool names.
+    Dsh,
+    /// Claude Code's tool names and argument shapes.
+    ClaudeCode,
 }
 
 /// `dsh replay`.

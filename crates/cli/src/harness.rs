@@ -3,13 +3,13 @@
 //! rules, approval, and the around-wrappers; one session on the log.
 
 use crate::approve;
-use crate::cli::PipelineOptions;
+use crate::cli::{PipelineOptions, ProfileArg};
 use crate::error::CliError;
 use crate::output::note;
 use dsh_command_hooks::{CommandHooks, HookSettings};
 use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
 use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
-use dsh_guards::{KnownTools, PermissionRules};
+use dsh_guards::{KnownTools, PermissionRules, Rule, RuleClass};
 use dsh_mcp::{McpOptions, McpServers, McpToolSource};
 use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
 use dsh_session::SessionLog;
@@ -64,25 +64,135 @@ fn workspace_dir(workspace: &Path) -> Result<PathBuf, CliError> {
     Ok(dir)
 }
 
-fn permission_rules(file: &Path, root: &Path) -> Result<PermissionRules, CliError> {
+fn permission_rules(file: &Path) -> Result<PermissionRules, CliError> {
     let text =
         std::fs::read_to_string(file).map_err(|e| CliError::io("read the policy file", file, e))?;
     PermissionRules::from_toml(&text)
-        .map(|rules| rules.with_root(root))
         .map_err(|e| CliError::Usage(format!("policy file {}: {e}", file.display())))
+}
+
+/// The Claude Code settings files `--claude-settings` names (`auto`: those of the workspace
+/// and the user that exist), in the order they are loaded.
+fn claude_settings_files(options: &PipelineOptions, root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for file in &options.claude_settings {
+        if file.as_os_str() == "auto" {
+            let project = root.join(".claude");
+            let user = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude"));
+            for candidate in [
+                user.map(|u| u.join("settings.json")),
+                Some(project.join("settings.json")),
+                Some(project.join("settings.local.json")),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if candidate.is_file() && !files.contains(&candidate) {
+                    files.push(candidate);
+                }
+            }
+        } else if !files.contains(file) {
+            files.push(file.clone());
+        }
+    }
+    files
+}
+
+/// The rules of `--policy` and of the Claude Code settings files, one rule engine; under the
+/// claude-code profile each rule naming a profile tool also binds the built-in under it, and
+/// unmatched calls of tools that change things are asked about.
+fn all_rules(
+    options: &PipelineOptions,
+    settings: &[(PathBuf, String)],
+    root: &Path,
+) -> Result<Option<PermissionRules>, CliError> {
+    let mut rules = match &options.policy {
+        Some(file) => Some(permission_rules(file)?),
+        None => None,
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut lists = dsh_claude_code::settings::PermissionLists::default();
+    for (file, text) in settings {
+        let places = dsh_claude_code::settings::Places {
+            home: home.as_deref(),
+            root: Some(root),
+        };
+        lists.add_json(text, places).map_err(|e| {
+            CliError::Usage(format!("Claude Code settings {}: {e}", file.display()))
+        })?;
+    }
+    if !settings.is_empty() {
+        let rules = rules.get_or_insert_with(PermissionRules::default);
+        for (class, list) in [
+            (RuleClass::Allow, &lists.allow),
+            (RuleClass::Ask, &lists.ask),
+            (RuleClass::Deny, &lists.deny),
+        ] {
+            for text in list {
+                let rule = Rule::parse(text)
+                    .map_err(|e| CliError::Usage(format!("Claude Code settings: {e}")))?;
+                rules.add(class, rule);
+            }
+        }
+    }
+    let Some(mut rules) = rules else {
+        return Ok(None);
+    };
+    if options.profile == ProfileArg::ClaudeCode {
+        let mut aliases = Vec::new();
+        for (class, rule) in rules.rules() {
+            for entry in &dsh_claude_code::PROFILE {
+                if rule.names_tool(entry.name) && !rule.names_tool(entry.builtin) {
+                    let alias = rule
+                        .for_tool(entry.builtin)
+                        .map_err(|e| CliError::Usage(e.to_string()))?;
+                    aliases.push((class, alias));
+                }
+            }
+        }
+        for (class, alias) in aliases {
+            rules.add(class, alias);
+        }
+        if rules.default_class() == RuleClass::Allow {
+            for entry in dsh_claude_code::PROFILE.iter().filter(|t| t.changes_things) {
+                rules = rules.with_default_for(entry.name, RuleClass::Ask);
+            }
+        }
+    }
+    Ok(Some(rules.with_root(root)))
 }
 
 /// The `--hooks` command hooks, and the script files their commands name (dsh's own files:
 /// no tool may write them).
 fn command_hooks(
-    file: &Path,
+    files: &[(PathBuf, String)],
     root: &Path,
     log_path: &Path,
 ) -> Result<(CommandHooks, Vec<PathBuf>), CliError> {
-    let text =
-        std::fs::read_to_string(file).map_err(|e| CliError::io("read the hooks file", file, e))?;
-    let settings = HookSettings::from_json(&text)
-        .map_err(|e| CliError::Usage(format!("hooks file {}: {e}", file.display())))?;
+    // Several files' hooks run together, as Claude Code merges its settings files' hooks.
+    let mut merged = serde_json::Map::new();
+    for (file, text) in files {
+        let bad = |e: String| CliError::Usage(format!("hooks file {}: {e}", file.display()));
+        // Each file must be valid on its own, so its errors name it.
+        HookSettings::from_json(text).map_err(|e| bad(e.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if let Some(serde_json::Value::Object(events)) = value.get("hooks") {
+            for (event, groups) in events {
+                let entry = merged
+                    .entry(event.clone())
+                    .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+                if let (serde_json::Value::Array(all), serde_json::Value::Array(groups)) =
+                    (entry, groups)
+                {
+                    all.extend(groups.iter().cloned());
+                }
+            }
+        }
+    }
+    let text = serde_json::json!({ "hooks": merged }).to_string();
+    let settings =
+        HookSettings::from_json(&text).map_err(|e| CliError::Usage(format!("hooks files: {e}")))?;
     // Hooks get the log as `transcript_path`, and its name as a `session_id` that stays the
     // same when a later run continues the log.
     let log = std::path::absolute(log_path).unwrap_or_else(|_| log_path.to_path_buf());
@@ -164,10 +274,13 @@ pub async fn start(
     let label = target.label();
     let log_path = label.as_path();
     let root = workspace_dir(workspace)?;
-    let rules = match &options.policy {
-        Some(file) => Some(permission_rules(file, &root)?),
-        None => None,
-    };
+    let mut settings = Vec::new();
+    for file in claude_settings_files(options, &root) {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| CliError::io("read the Claude Code settings", &file, e))?;
+        settings.push((file, text));
+    }
+    let rules = all_rules(options, &settings, &root)?;
     let mut own = OwnFiles::default();
     if let Some(file) = target.file() {
         own.add(file);
@@ -178,13 +291,20 @@ pub async fn start(
     {
         own.add(file);
     }
-    let command_hooks = match &options.hooks {
-        Some(file) => {
-            let (hooks, scripts) = command_hooks(file, &root, log_path)?;
-            scripts.iter().for_each(|p| own.add(p));
-            Some(hooks)
-        }
-        None => None,
+    settings.iter().for_each(|(file, _)| own.add(file));
+    let mut hook_files = Vec::new();
+    if let Some(file) = &options.hooks {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| CliError::io("read the hooks file", file, e))?;
+        hook_files.push((file.clone(), text));
+    }
+    hook_files.extend(settings.iter().cloned());
+    let command_hooks = if hook_files.is_empty() {
+        None
+    } else {
+        let (hooks, scripts) = command_hooks(&hook_files, &root, log_path)?;
+        scripts.iter().for_each(|p| own.add(p));
+        Some(hooks)
     };
     // Every configured server's tools may be named by a rule, started this run or not.
     let mut mcp_prefixes: Vec<String> = Vec::new();
@@ -229,31 +349,46 @@ pub async fn start(
         log: None,
         created: None,
     };
-    match register_builtins(&registry, &root, &own, rules.as_ref(), options) {
+    // Under a profile the built-ins go to a registry of their own, under the profile's tools.
+    let builtins = match options.profile {
+        ProfileArg::Dsh => registry.clone(),
+        ProfileArg::ClaudeCode => Arc::new(ToolRegistry::new()),
+    };
+    match register_builtins(&builtins, &root, &own, rules.as_ref(), options) {
         Ok(spill_dir) => own.add(&spill_dir),
         Err(e) => {
             parts.stop().await;
             return Err(e);
         }
     }
-    if let Err(e) = parts.toolset.register(&registry) {
+    if let Err(e) = parts.toolset.register(&builtins) {
         parts.stop().await;
         return Err(CliError::Start(format!("registering the file tools: {e}")));
     }
-    // A rule that names no tool (a typo in a deny rule) would protect nothing: refused now,
-    // before the log is opened or any server started.
-    if let (Some(rules), Some(file)) = (&rules, &options.policy) {
+    if options.profile == ProfileArg::ClaudeCode
+        && let Err(e) = register_profile(&registry, &builtins)
+    {
+        parts.stop().await;
+        return Err(e);
+    }
+    // A rule of the policy file that names no tool (a typo in a deny rule) would protect
+    // nothing: refused now, before the log is opened or any server started. The profile's
+    // tools are registered by now, so its names count. Claude Code settings are not checked:
+    // Claude Code itself ignores rules for tools it does not have (WebFetch, Task…).
+    if let Some(file) = &options.policy {
         let known = mcp_prefixes
             .iter()
             .fold(KnownTools::from_registry(&registry), |k, p| {
                 k.with_prefix(p.clone())
             });
-        if let Err(e) = rules.check_tools(&known) {
+        let checked = permission_rules(file).and_then(|policy| {
+            policy.check_tools(&known).map_err(|e| {
+                CliError::Usage(format!("policy file {}: {e}", file.display()))
+            })
+        });
+        if let Err(e) = checked {
             parts.stop().await;
-            return Err(CliError::Usage(format!(
-                "policy file {}: {e}",
-                file.display()
-            )));
+            return Err(e);
         }
     }
 
@@ -375,6 +510,19 @@ pub async fn start(
         log_path: log_path.to_path_buf(),
         hooks: command_hooks,
     })
+}
+
+/// The claude-code profile's tools, each over the built-in of `builtins` it stands on.
+fn register_profile(registry: &ToolRegistry, builtins: &ToolRegistry) -> Result<(), CliError> {
+    let tools =
+        dsh_claude_code::profile_tools(|name| builtins.get(name).map(|t| t.definition().clone()))
+            .map_err(|e| CliError::Start(e.to_string()))?;
+    for tool in tools {
+        registry
+            .register_arc(tool)
+            .map_err(|e| CliError::Start(format!("registering the claude-code profile: {e}")))?;
+    }
+    Ok(())
 }
 
 /// The deadline of a tool that has none of its own, when `--timeout-ms` is not given.

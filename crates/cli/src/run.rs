@@ -8,7 +8,10 @@ use dsh_command_hooks::CommandHooks;
 use dsh_core::event::{ToolCallData, ToolResultData};
 use dsh_core::transcript::{TranscriptCall, TranscriptResult, TranscriptStep};
 use dsh_core::{Arguments, ContentBlock, ErrorCode, EventBody, ToolError};
-use dsh_formats::{Format, parse_line, render_step, step_from_run};
+use dsh_formats::{
+    ClaudeCodeLine, ClaudeCodeSteps, Format, is_claude_code_line, parse_line, render_step,
+    step_from_run,
+};
 use dsh_scheduler::{CancelTarget, RenamedCallId, SchedulerError, StepOutcome, StepRequest};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -154,6 +157,9 @@ fn run_lines(
     let mut bytes = Vec::new();
     // A bad line is printed in the format of the line before it (OpenAI's at first).
     let mut format = Format::default();
+    // A Claude Code session file (told by its first line): steps grouped by message id.
+    let mut claude: Option<ClaudeCodeSteps> = None;
+    let mut first = true;
     loop {
         if interrupt.received().is_some() {
             return Ok(());
@@ -162,6 +168,24 @@ fn run_lines(
         let line_len = read_bounded_line(&mut reader, &mut bytes)
             .map_err(|e| CliError::io("read the transcript", Path::new(name), e))?;
         if line_len == 0 {
+            if let Some(mut steps) = claude {
+                if let Some(calls) = steps.finish() {
+                    let at = format!("{name}:{number}");
+                    run_claude_step(rt, running, calls, &at, out, tally)?;
+                }
+                let skipped = steps.skipped();
+                if !skipped.is_empty() {
+                    let kinds = skipped
+                        .iter()
+                        .map(|(kind, n)| format!("{n} {kind}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    note(format!(
+                        "{name}: a Claude Code session file; skipped {} line(s) that are not assistant tool calls ({kinds})",
+                        skipped.values().sum::<usize>()
+                    ));
+                }
+            }
             return Ok(());
         }
         number += 1;
@@ -195,6 +219,44 @@ fn run_lines(
             }
         };
         if line.is_empty() {
+            continue;
+        }
+        if std::mem::take(&mut first)
+            && serde_json::from_str::<serde_json::Value>(line)
+                .is_ok_and(|v| is_claude_code_line(&v))
+        {
+            claude = Some(ClaudeCodeSteps::default());
+            format = Format::Anthropic;
+        }
+        if let Some(steps) = claude.as_mut() {
+            let value = match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(v) if v.is_object() => v,
+                Ok(_) => {
+                    let bad = BadLine {
+                        number,
+                        at: &at,
+                        text: line,
+                        bytes: line_len,
+                        reason: "not a JSON object".into(),
+                    };
+                    record_bad_line(rt, running, bad, format, out, tally)?;
+                    continue;
+                }
+                Err(e) => {
+                    let bad = BadLine {
+                        number,
+                        at: &at,
+                        text: line,
+                        bytes: line_len,
+                        reason: format!("not JSON ({e})"),
+                    };
+                    record_bad_line(rt, running, bad, format, out, tally)?;
+                    continue;
+                }
+            };
+            if let ClaudeCodeLine::Completed(calls) = steps.push_line(&value) {
+                run_claude_step(rt, running, calls, &at, out, tally)?;
+            }
             continue;
         }
         let parsed = match parse_line(line) {
@@ -233,6 +295,25 @@ fn run_lines(
         );
         out.print(&render_step(parsed.format, &step))?;
     }
+}
+
+/// One message of a Claude Code session file, run as a step and printed in Anthropic's format.
+fn run_claude_step(
+    rt: &Runtime,
+    running: &Running,
+    calls: Vec<dsh_core::ToolCall>,
+    at: &str,
+    out: &mut JsonLines,
+    tally: &mut Tally,
+) -> Result<(), CliError> {
+    let outcome = run_step(rt, running, calls.clone(), at)?;
+    for r in &outcome.renamed {
+        note(format!("{at}: {}", describe_rename(r)));
+    }
+    tally.first_step.get_or_insert(outcome.step);
+    tally.last_step = Some(outcome.step);
+    let step = step_from_run(outcome.step, &calls, &outcome.results, &outcome.deferred);
+    out.print(&render_step(Format::Anthropic, &step))
 }
 
 /// The longest transcript line read whole: one assistant message, with room for many calls at

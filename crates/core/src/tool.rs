@@ -378,6 +378,14 @@ pub trait ToolDefinition: Send + Sync + 'static {
         false
     }
 
+    /// The built-in call this call stands for, when the tool is an adapter over another tool
+    /// (a tool profile's `Edit` over `edit_file`): that tool's name and the input translated
+    /// for it. Handlers keyed on built-in tool names (workspace confinement, read-only mode)
+    /// judge this call as that one. `None` (the default) for a tool that is its own.
+    fn stands_for(&self, _input: &Value) -> Option<(String, Value)> {
+        None
+    }
+
     /// The body. Returns the canonical value, which stays private to the execution.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure>;
 

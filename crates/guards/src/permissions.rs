@@ -203,6 +203,23 @@ impl Rule {
         })
     }
 
+    /// The same rule for another tool: `Edit(src/**)` as `edit_file(src/**)` (a tool profile's
+    /// rules also bind the built-in its tool stands on).
+    ///
+    /// ```
+    /// let rule = dsh_guards::Rule::parse("Edit(src/**)").unwrap();
+    /// assert_eq!(rule.for_tool("edit_file").unwrap().source(), "edit_file(src/**)");
+    /// ```
+    pub fn for_tool(&self, tool: &str) -> Result<Rule, GuardsError> {
+        let rest = self.source.find('(').map_or("", |i| &self.source[i..]);
+        Rule::parse(&format!("{tool}{rest}"))
+    }
+
+    /// Whether the rule's tool part matches this tool name.
+    pub fn names_tool(&self, tool: &str) -> bool {
+        self.tool.is_match(tool)
+    }
+
     /// True when the rule covers this tool and (for a pattern rule) one of the subjects: the
     /// pattern matches the subject, or a folder the subject is inside (see the module docs).
     /// Subjects are taken as written; [`PermissionRules::classify`] normalizes them first.
@@ -476,6 +493,8 @@ pub struct PermissionRules {
     deny: Arc<Vec<Rule>>,
     root: Option<Arc<Root>>,
     default: RuleClass,
+    /// Tools whose unmatched calls get another class than `default`.
+    defaults_for: Arc<Vec<(String, RuleClass)>>,
 }
 
 /// The workspace root, as given and canonical: the policy is asked about resolved paths.
@@ -499,6 +518,7 @@ impl PermissionRules {
             deny: Arc::new(parse(file.deny)?),
             root: None,
             default: file.default.unwrap_or_default(),
+            defaults_for: Arc::default(),
         })
     }
 
@@ -554,6 +574,32 @@ impl PermissionRules {
     pub fn with_default(mut self, class: RuleClass) -> Self {
         self.default = class;
         self
+    }
+
+    /// What an unmatched call of `tool` gets, instead of the policy's `default` (a profile
+    /// asks before tools that change things).
+    pub fn with_default_for(mut self, tool: impl Into<String>, class: RuleClass) -> Self {
+        Arc::make_mut(&mut self.defaults_for).push((tool.into(), class));
+        self
+    }
+
+    /// What an unmatched call of `tool` gets.
+    pub fn default_for(&self, tool: &str) -> RuleClass {
+        self.defaults_for
+            .iter()
+            .find(|(t, _)| t == tool)
+            .map_or(self.default, |(_, class)| *class)
+    }
+
+    /// Every rule, with its list.
+    pub fn rules(&self) -> impl Iterator<Item = (RuleClass, &Rule)> {
+        [
+            (RuleClass::Deny, &*self.deny),
+            (RuleClass::Ask, &*self.ask),
+            (RuleClass::Allow, &*self.allow),
+        ]
+        .into_iter()
+        .flat_map(|(class, rules)| rules.iter().map(move |r| (class, r)))
     }
 
     /// Absolute paths under `root` (as given, or canonical) are matched as paths relative to
@@ -746,7 +792,7 @@ impl PreExecuteHandler for PermissionRules {
                 rule.source()
             )),
             Some((RuleClass::Allow, _)) => PreExecuteOutcome::allow(),
-            None => match self.default {
+            None => match self.default_for(tool) {
                 RuleClass::Allow => PreExecuteOutcome::allow(),
                 RuleClass::Ask => PreExecuteOutcome::ask(format!(
                     "no permission rule allows this {tool} call, and the policy's default is ask"

@@ -126,17 +126,26 @@ impl PreExecuteHandler for Sandbox {
         &self,
         call: &PreExecuteContext<'_>,
     ) -> Result<PreExecuteOutcome, HookError> {
-        let tool = call.tool.name();
-        let Some(paths) = tools::named_paths(tool, call.arguments) else {
+        // An adapter (a profile's `Edit`) is judged as the built-in call it stands for.
+        let shown = call.tool.name();
+        let (tool, arguments) = match call.tool.stands_for(call.arguments) {
+            Some((tool, arguments)) => (tool, std::borrow::Cow::Owned(arguments)),
+            None => (
+                shown.to_string(),
+                std::borrow::Cow::Borrowed(call.arguments),
+            ),
+        };
+        let tool = tool.as_str();
+        let Some(paths) = tools::named_paths(tool, &arguments) else {
             return self.declared(call).await;
         };
         if self.shared.read_only && MUTATING.contains(&tool) {
             return Ok(PreExecuteOutcome::deny(format!(
-                "the workspace is read-only: {tool} is not allowed"
+                "the workspace is read-only: {shown} is not allowed"
             )));
         }
         if tool == GLOB {
-            let pattern = tools::arg(call.arguments, "pattern").unwrap_or("*");
+            let pattern = tools::arg(&arguments, "pattern").unwrap_or("*");
             if let Err(e) = check_glob_pattern(pattern) {
                 return Ok(PreExecuteOutcome::deny(e.to_string()));
             }

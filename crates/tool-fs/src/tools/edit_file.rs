@@ -12,12 +12,13 @@ use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
 use async_trait::async_trait;
-use dsh_core::{ContentBlock, PathPolicies, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::{ContentBlock, ErrorCode, PathPolicies, ToolContext, ToolDefinition, ToolFailure};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// `edit_file(path, old_string, new_string, replace_all?)`.
+/// `edit_file(path, old_string, new_string, replace_all?)`, or `edit_file(path, edits)`: several
+/// edits applied in order to the same file, all of them or none.
 pub struct EditFile {
     shared: Arc<Shared>,
 }
@@ -72,6 +73,42 @@ pub(crate) fn load_text(
     Ok((rel, shown, text))
 }
 
+/// One replacement asked for.
+struct Edit {
+    old: String,
+    new: String,
+    replace_all: bool,
+}
+
+/// The edits of a call: `edits`, or the one of `old_string`/`new_string`; not both, not neither.
+fn edits_of(input: &Value) -> Result<Vec<Edit>, ToolFailure> {
+    let one = |v: &Value| Edit {
+        old: arg(v, "old_string").unwrap_or_default().to_string(),
+        new: arg(v, "new_string").unwrap_or_default().to_string(),
+        replace_all: v
+            .get("replace_all")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    };
+    let single = input.get("old_string").is_some() || input.get("new_string").is_some();
+    match (input.get("edits").and_then(Value::as_array), single) {
+        (Some(list), false) => Ok(list.iter().map(one).collect()),
+        (None, true)
+            if arg(input, "old_string").is_some() && arg(input, "new_string").is_some() =>
+        {
+            Ok(vec![one(input)])
+        }
+        (Some(_), true) => Err(ToolFailure::with_code(
+            ErrorCode::ToolInputError,
+            "give either `edits` or `old_string`/`new_string`, not both",
+        )),
+        _ => Err(ToolFailure::with_code(
+            ErrorCode::ToolInputError,
+            "give `old_string` and `new_string` (or `edits`)",
+        )),
+    }
+}
+
 #[async_trait]
 impl ToolDefinition for EditFile {
     fn name(&self) -> &str {
@@ -91,9 +128,24 @@ impl ToolDefinition for EditFile {
                 "path": {"type": "string", "description": "The file, relative to the workspace root."},
                 "old_string": {"type": "string", "description": "The exact text to replace."},
                 "new_string": {"type": "string", "description": "What to put instead."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence."}
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence."},
+                "edits": {
+                    "type": "array",
+                    "minItems": 1,
+                    "description": "Instead of old_string/new_string: edits applied in order, each to the result of the one before; all of them or none.",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "old_string": {"type": "string"},
+                            "new_string": {"type": "string"},
+                            "replace_all": {"type": "boolean"}
+                        },
+                        "required": ["old_string", "new_string"],
+                        "additionalProperties": false
+                    }
+                }
             },
-            "required": ["path", "old_string", "new_string"],
+            "required": ["path"],
             "additionalProperties": false
         })
     }
@@ -128,12 +180,7 @@ impl ToolDefinition for EditFile {
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or_default().to_string();
-        let old = arg(&input, "old_string").unwrap_or_default().to_string();
-        let new = arg(&input, "new_string").unwrap_or_default().to_string();
-        let replace_all = input
-            .get("replace_all")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let edits = edits_of(&input)?;
         let shared = self.shared.clone();
         let policy = ctx.policy.clone();
         let (rel, shown, text) =
@@ -149,12 +196,26 @@ impl ToolDefinition for EditFile {
         )
         .await?;
         let limit = usize::try_from(self.shared.limits.max_file_bytes).unwrap_or(usize::MAX);
-        let edited = apply_edit_within(&text, &old, &new, replace_all, limit)
-            .map_err(|e| ToolFailure::new(format!("`{}`: {e}", quote_path(&shown))))?;
-        let hash = ContentHash::of(edited.content.as_bytes());
+        // Every edit applies to the text the one before left; any failure leaves the file as
+        // it was.
+        let (mut content, mut replacements) = (text, 0usize);
+        let several = edits.len() > 1;
+        for (i, edit) in edits.iter().enumerate() {
+            let edited = apply_edit_within(&content, &edit.old, &edit.new, edit.replace_all, limit)
+                .map_err(|e| {
+                    let which = if several {
+                        format!(" (edit {} of {}; no edit was made)", i + 1, edits.len())
+                    } else {
+                        String::new()
+                    };
+                    ToolFailure::new(format!("`{}`: {e}{which}", quote_path(&shown)))
+                })?;
+            content = edited.content;
+            replacements += edited.replacements;
+        }
+        let hash = ContentHash::of(content.as_bytes());
         let shared = self.shared.clone();
         let signal = ctx.signal.clone();
-        let content = edited.content;
         let policy = ctx.policy.clone();
         blocking(move || {
             not_cancelled(&signal)?;
@@ -168,7 +229,7 @@ impl ToolDefinition for EditFile {
         self.shared
             .monitor
             .record_write(&ctx.agent, &shown, Some(hash));
-        Ok(json!({"path": shown, "replacements": edited.replacements}))
+        Ok(json!({"path": shown, "replacements": replacements}))
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {

@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex};
 /// Most lines of context asked for around a match.
 const MAX_CONTEXT: u64 = 20;
 
-/// `grep(pattern, path?, glob?, case_insensitive?, output_mode?, context?)`.
+/// `grep(pattern, path?, glob?, type?, case_insensitive?, output_mode?, context?, before?,
+/// after?, multiline?, head_limit?)`.
 pub struct Grep {
     shared: Arc<Shared>,
 }
@@ -170,7 +171,9 @@ struct Search<'a> {
     ws: &'a Workspace,
     matcher: RegexMatcher,
     mode: Mode,
-    context: usize,
+    before: usize,
+    after: usize,
+    multiline: bool,
     max_line_chars: usize,
     max_lines: usize,
     signal: &'a Signal,
@@ -188,8 +191,9 @@ impl Search<'_> {
         SearcherBuilder::new()
             .binary_detection(BinaryDetection::quit(b'\x00'))
             .line_number(self.mode == Mode::Content)
-            .before_context(self.context)
-            .after_context(self.context)
+            .before_context(self.before)
+            .after_context(self.after)
+            .multi_line(self.multiline)
             .build()
     }
 
@@ -268,7 +272,12 @@ impl Search<'_> {
         }
     }
 
-    fn run(&self, base: &Path, glob: Option<&str>) -> Result<(), ToolFailure> {
+    fn run(
+        &self,
+        base: &Path,
+        glob: Option<&str>,
+        file_type: Option<&str>,
+    ) -> Result<(), ToolFailure> {
         let overrides = match glob {
             Some(glob) => {
                 let mut overrides = OverrideBuilder::new(base);
@@ -295,6 +304,9 @@ impl Search<'_> {
         if walk.base_hidden {
             return Ok(());
         }
+        if let Some(name) = file_type {
+            walk.builder.types(file_types(name)?);
+        }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(12));
         walk.builder.threads(threads).build_parallel().run(|| {
             let mut searcher = self.searcher();
@@ -320,6 +332,30 @@ impl Search<'_> {
         }
         Ok(())
     }
+}
+
+/// Only files of one of ripgrep's file types (`rust`, `py`, `js`, …), as `rg --type` does.
+fn file_types(name: &str) -> Result<ignore::types::Types, ToolFailure> {
+    let mut types = ignore::types::TypesBuilder::new();
+    types.add_defaults();
+    types.select(name);
+    let built = types
+        .build()
+        .map_err(|e| ToolFailure::new(format!("file type `{name}`: {e}")))?;
+    if !types.definitions().iter().any(|d| d.name() == name) {
+        return Err(ToolFailure::new(format!(
+            "unknown file type `{name}` (ripgrep's names: rust, py, js, ts, go, java, c, cpp, md, …)"
+        )));
+    }
+    Ok(built)
+}
+
+/// A non-negative integer argument, capped.
+fn count_arg(input: &Value, name: &str, cap: u64) -> Option<usize> {
+    input
+        .get(name)
+        .and_then(Value::as_u64)
+        .map(|n| n.min(cap) as usize)
 }
 
 fn render(gathered: Gathered, mode: Mode, max_paths: usize) -> (Vec<String>, bool) {
@@ -370,11 +406,20 @@ fn run(
         .get("case_insensitive")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let context = input
-        .get("context")
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
-        .min(MAX_CONTEXT) as usize;
+    let context = count_arg(input, "context", MAX_CONTEXT).unwrap_or(0);
+    let (before, after) = if mode == Mode::Content {
+        (
+            count_arg(input, "before", MAX_CONTEXT).unwrap_or(context),
+            count_arg(input, "after", MAX_CONTEXT).unwrap_or(context),
+        )
+    } else {
+        (0, 0)
+    };
+    let multiline = input
+        .get("multiline")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let head_limit = count_arg(input, "head_limit", u64::MAX);
     let base = shared.ws.resolve(path).map_err(failure)?;
     forbidden_read(shared, policy, GREP, &base)?;
     let abs_base = shared.ws.root().join(&base);
@@ -386,7 +431,9 @@ fn run(
     }
     let matcher = RegexMatcherBuilder::new()
         .case_insensitive(case_insensitive)
-        .line_terminator(Some(b'\n'))
+        .multi_line(multiline)
+        .dot_matches_new_line(multiline)
+        .line_terminator((!multiline).then_some(b'\n'))
         .build(pattern)
         .map_err(|e| ToolFailure::new(format!("invalid regex `{pattern}`: {e}")))?;
     let search = Search {
@@ -395,17 +442,26 @@ fn run(
         ws: &shared.ws,
         matcher,
         mode,
-        context: if mode == Mode::Content { context } else { 0 },
+        before,
+        after,
+        multiline,
         max_line_chars: shared.limits.max_line_chars.min(500),
         max_lines: shared.limits.max_grep_lines,
         signal,
         gathered: Mutex::new(Gathered::default()),
         skips: Arc::default(),
     };
-    search.run(&abs_base, arg(input, "glob"))?;
+    search.run(&abs_base, arg(input, "glob"), arg(input, "type"))?;
     let gathered = std::mem::take(&mut *search.gathered());
     let (files, matches) = (gathered.files, gathered.matches);
-    let (lines, truncated) = render(gathered, mode, shared.limits.max_paths);
+    let (mut lines, mut truncated) = render(gathered, mode, shared.limits.max_paths);
+    // `head_limit`: only the first lines (or files) of the output, as `| head -N` would.
+    if let Some(limit) = head_limit
+        && lines.len() > limit
+    {
+        lines.truncate(limit);
+        truncated = true;
+    }
     Ok(json!({
         "pattern": pattern,
         "path": sandbox::display(&base),
@@ -438,9 +494,14 @@ impl ToolDefinition for Grep {
                 "pattern": {"type": "string", "description": "A regular expression."},
                 "path": {"type": "string", "description": "A file or directory to search (default: the workspace root)."},
                 "glob": {"type": "string", "description": "Only files matching this glob (`*.rs`, `src/**/*.ts`)."},
+                "type": {"type": "string", "description": "Only files of this ripgrep file type (`rust`, `py`, `js`)."},
                 "case_insensitive": {"type": "boolean"},
                 "output_mode": {"enum": ["content", "files_with_matches", "count"]},
-                "context": {"type": "integer", "minimum": 0, "maximum": MAX_CONTEXT}
+                "context": {"type": "integer", "minimum": 0, "maximum": MAX_CONTEXT},
+                "before": {"type": "integer", "minimum": 0, "maximum": MAX_CONTEXT, "description": "Lines of context before each match (content mode; default `context`)."},
+                "after": {"type": "integer", "minimum": 0, "maximum": MAX_CONTEXT, "description": "Lines of context after each match (content mode; default `context`)."},
+                "multiline": {"type": "boolean", "description": "Let the pattern span lines (`.` matches newlines)."},
+                "head_limit": {"type": "integer", "minimum": 0, "description": "Only the first N lines (or files) of the output."}
             },
             "required": ["pattern"],
             "additionalProperties": false

@@ -25,7 +25,30 @@ impl ListDir {
     }
 }
 
-fn list(shared: &Shared, path: &str, policy: &PathPolicies) -> Result<Value, ToolFailure> {
+/// `ignore`: glob patterns of names to leave out of the listing.
+fn ignore_set(input: &Value) -> Result<globset::GlobSet, ToolFailure> {
+    let mut set = globset::GlobSetBuilder::new();
+    for pattern in input
+        .get("ignore")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        let glob = globset::Glob::new(pattern)
+            .map_err(|e| ToolFailure::new(format!("invalid ignore pattern `{pattern}`: {e}")))?;
+        set.add(glob);
+    }
+    set.build()
+        .map_err(|e| ToolFailure::new(format!("invalid ignore patterns: {e}")))
+}
+
+fn list(
+    shared: &Shared,
+    path: &str,
+    ignore: &globset::GlobSet,
+    policy: &PathPolicies,
+) -> Result<Value, ToolFailure> {
     let rel = shared.ws.resolve(path).map_err(failure)?;
     forbidden_read(shared, policy, LIST_DIR, &rel)?;
     let shown = sandbox::display(&rel);
@@ -68,6 +91,9 @@ fn list(shared: &Shared, path: &str, policy: &PathPolicies) -> Result<Value, Too
             continue;
         }
         let name = entry.file_name().to_string_lossy().into_owned();
+        if ignore.is_match(&name) {
+            continue;
+        }
         let (kind, size) = match entry.file_type() {
             Ok(t) if t.is_dir() => ("dir", None),
             Ok(t) if t.is_symlink() => ("symlink", None),
@@ -101,7 +127,8 @@ impl ToolDefinition for ListDir {
         json!({
             "type": "object",
             "properties": {
-                "path": {"type": "string", "description": "The directory, relative to the workspace root."}
+                "path": {"type": "string", "description": "The directory, relative to the workspace root."},
+                "ignore": {"type": "array", "items": {"type": "string"}, "description": "Glob patterns of names to leave out (`*.log`, `target`)."}
             },
             "required": ["path"],
             "additionalProperties": false
@@ -150,8 +177,9 @@ impl ToolDefinition for ListDir {
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or(".").to_string();
+        let ignore = ignore_set(&input)?;
         let shared = self.shared.clone();
-        blocking(move || list(&shared, &path, &ctx.policy)).await
+        blocking(move || list(&shared, &path, &ignore, &ctx.policy)).await
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
