@@ -382,9 +382,9 @@ pub async fn start(
                 k.with_prefix(p.clone())
             });
         let checked = permission_rules(file).and_then(|policy| {
-            policy.check_tools(&known).map_err(|e| {
-                CliError::Usage(format!("policy file {}: {e}", file.display()))
-            })
+            policy
+                .check_tools(&known)
+                .map_err(|e| CliError::Usage(format!("policy file {}: {e}", file.display())))
         });
         if let Err(e) = checked {
             parts.stop().await;

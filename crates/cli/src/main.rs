@@ -14,8 +14,8 @@ mod output;
 mod policy_paths;
 mod replay;
 mod run;
-mod store;
 mod serve;
+mod store;
 mod tools;
 
 use clap::Parser;

@@ -403,8 +403,16 @@ fn intent_rules_bind_the_profiles_tools_by_the_paths_they_declare() {
     let lines = [message(&[
         ("r-key", "Read", json!({"file_path": "secrets/key.txt"})),
         ("r-ok", "Read", json!({"file_path": "README.md"})),
-        ("w-src", "Write", json!({"file_path": "src/new.rs", "content": "x"})),
-        ("w-ok", "Write", json!({"file_path": "notes.txt", "content": "y"})),
+        (
+            "w-src",
+            "Write",
+            json!({"file_path": "src/new.rs", "content": "x"}),
+        ),
+        (
+            "w-ok",
+            "Write",
+            json!({"file_path": "notes.txt", "content": "y"}),
+        ),
     ])];
     let ran = run_lines(
         dir.path(),
