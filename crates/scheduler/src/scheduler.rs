@@ -339,16 +339,9 @@ impl SchedulerState {
         // SPEC.md "Limits of numbers": a session at the largest step takes no more steps.
         let step = self.next_step;
         if step > dsh_core::event::MAX_STEP {
-            let refused = || {
-                SchedulerError::Unavailable(format!(
-                    "the session has reached the largest step a log may hold ({}, 2^63 - 1); \
-                     no step can follow",
-                    dsh_core::event::MAX_STEP
-                ))
-            };
-            pending.refuse(refused);
+            pending.refuse(step_limit_reached);
             for queued in self.queue.drain(..) {
-                queued.refuse(refused);
+                queued.refuse(step_limit_reached);
             }
             return;
         }
@@ -571,7 +564,16 @@ impl SchedulerState {
                 queued.calls.extend(calls);
             }
         } else {
-            refuse_calls(calls, gone(draining));
+            // A step refused when it began (the step limit) is gone before its calls or its
+            // finish arrive: they get the reason, not "not open".
+            let limit = self.next_step > dsh_core::event::MAX_STEP;
+            refuse_calls(calls, move || {
+                if limit && !draining {
+                    step_limit_reached()
+                } else {
+                    gone(draining)()
+                }
+            });
         }
     }
 
@@ -603,6 +605,8 @@ impl SchedulerState {
         } else if let Some(reply) = reply {
             let _ = reply.send(Err(if self.draining.is_some() {
                 SchedulerError::ShutDown
+            } else if self.next_step > dsh_core::event::MAX_STEP {
+                step_limit_reached()
             } else {
                 SchedulerError::Unavailable("the step is not open".into())
             }));
@@ -824,6 +828,15 @@ fn stop_running(run: &mut StepRun, reason: CancelReason) {
 }
 
 /// Refuses calls that cannot join their step: nothing of them runs or is recorded.
+/// SPEC.md "Limits of numbers": a session at the largest step takes no more steps.
+fn step_limit_reached() -> SchedulerError {
+    SchedulerError::Unavailable(format!(
+        "the session has reached the largest step a log may hold ({}, 2^63 - 1); \
+         no step can follow",
+        dsh_core::event::MAX_STEP
+    ))
+}
+
 fn refuse_calls(calls: Vec<Pushed>, error: impl Fn() -> SchedulerError) {
     for pushed in calls {
         if let Some(notify) = pushed.notify {
