@@ -155,12 +155,22 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "LOG",
-        required_unless_present = "store",
+        required_unless_present_any = ["store", "dry_run"],
         conflicts_with = "store"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Judge the calls instead of running them: "what would these rules have denied?". Each
+    /// call passes prepare (the `--hooks`/`--claude-settings` command hooks, which ARE
+    /// executed, the rules, workspace confinement, `--read-only`, the guards), with
+    /// read-before-edit simulated from the transcript's own earlier reads and writes; no tool
+    /// body runs, nothing in the workspace changes and no log is opened or written (`--log`
+    /// and `--store` are ignored). Prints one JSON line per call: `step`, `callId`, `tool`,
+    /// `decision` (`allow`, `ask`: a human would be asked, or `deny`), `reason` (null when
+    /// allowed), and for a denial the error `code` the call would get.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub options: PipelineOptions,
 }
