@@ -289,3 +289,10 @@ fn the_default_profile_is_judged_too() {
     assert_eq!(snapshot(&ws), before, "the workspace changed");
     assert!(!log.exists(), "a log was written");
 }
+
+#[test]
+fn the_help_says_hooks_are_executed() {
+    let help = dsh(&["run", "--help"]).stdout;
+    assert!(help.contains("--dry-run"), "{help}");
+    assert!(help.contains("command hooks are executed"), "{help}");
+}
