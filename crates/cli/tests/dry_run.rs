@@ -245,6 +245,7 @@ fn the_default_profile_is_judged_too() {
     let line = |calls: Vec<Value>| {
         json!({"role": "assistant", "content": null, "tool_calls": calls}).to_string()
     };
+    let patch = "*** Begin Patch\n*** Update File: src/main.rs\n@@\n-fn main() {\n+fn main() { // patched\n*** End Patch\n";
     let t = transcript(
         dir.path(),
         "t.jsonl",
@@ -263,6 +264,21 @@ fn the_default_profile_is_judged_too() {
                 call("cmd", "shell", json!({"command": "touch made-by-shell"})),
                 call("nope", "no_such_tool", json!({})),
             ]),
+            &line(vec![call(
+                "patch_unread",
+                "apply_patch",
+                json!({"input": patch}),
+            )]),
+            &line(vec![call(
+                "read_main",
+                "read_file",
+                json!({"path": "src/main.rs"}),
+            )]),
+            &line(vec![call(
+                "patch_read",
+                "apply_patch",
+                json!({"input": patch}),
+            )]),
             "this line is not JSON",
         ],
     );
@@ -277,7 +293,14 @@ fn the_default_profile_is_judged_too() {
     assert_eq!(decision_of(&all, "edit"), "allow");
     assert_eq!(decision_of(&all, "cmd"), "ask");
     assert_eq!(decision_of(&all, "nope"), "deny");
-    assert_eq!(decision_of(&all, "dsh_line_3"), "deny");
+    // apply_patch: read-before-edit for every file it changes.
+    assert_eq!(decision_of(&all, "patch_unread"), "deny");
+    assert!(
+        reason_of(&all, "patch_unread").contains("has not been read"),
+        "{all:?}"
+    );
+    assert_eq!(decision_of(&all, "patch_read"), "allow");
+    assert_eq!(decision_of(&all, "dsh_line_6"), "deny");
     let codes: BTreeMap<String, Value> = ran
         .messages()
         .into_iter()
@@ -285,7 +308,7 @@ fn the_default_profile_is_judged_too() {
         .collect();
     assert_eq!(codes["secret"], "DENIED");
     assert_eq!(codes["nope"], "UNKNOWN_TOOL");
-    assert_eq!(codes["dsh_line_3"], "TOOL_INPUT_ERROR");
+    assert_eq!(codes["dsh_line_6"], "TOOL_INPUT_ERROR");
     assert_eq!(snapshot(&ws), before, "the workspace changed");
     assert!(!log.exists(), "a log was written");
 }
