@@ -27,7 +27,7 @@ use dsh_session::{SessionError, SessionLog};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -216,6 +216,9 @@ pub(crate) struct SchedulerState {
     draining: Option<Vec<oneshot::Sender<()>>>,
     /// The writer, linked under this actor: if it dies, the session cannot record.
     writer: ractor::ActorId,
+    /// Steps refused before their `Finish` came (the session is at its largest step), with
+    /// why: their `Finish` hears it then, not "the step is not open".
+    refused: HashMap<u64, String>,
     _live: LiveActor,
 }
 
@@ -356,13 +359,20 @@ impl SchedulerState {
         // SPEC.md "Limits of numbers": a session at the largest step takes no more steps.
         let step = self.next_step;
         if step > dsh_core::event::MAX_STEP {
-            let refused = || {
-                SchedulerError::Unavailable(format!(
-                    "the session has reached the largest step a log may hold ({}, 2^63 - 1); \
-                     no step can follow",
-                    dsh_core::event::MAX_STEP
-                ))
-            };
+            let why = format!(
+                "the session has reached the largest step a log may hold ({}, 2^63 - 1); \
+                 no step can follow",
+                dsh_core::event::MAX_STEP
+            );
+            let refused = || SchedulerError::Unavailable(why.clone());
+            let unfinished = std::iter::once(&pending)
+                .chain(self.queue.iter())
+                .filter(|p| p.reply.is_none())
+                .map(|p| p.token)
+                .collect::<Vec<_>>();
+            for token in unfinished {
+                self.refused.insert(token, why.clone());
+            }
             pending.refuse(refused);
             for queued in self.queue.drain(..) {
                 queued.refuse(refused);
@@ -616,6 +626,10 @@ impl SchedulerState {
             queued.closed = true;
             if reply.is_some() {
                 queued.reply = reply;
+            }
+        } else if let Some(why) = self.refused.remove(&token) {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(SchedulerError::Unavailable(why)));
             }
         } else if let Some(reply) = reply {
             let _ = reply.send(Err(if self.draining.is_some() {
@@ -1006,6 +1020,7 @@ impl Actor for Scheduler {
             config: args.config,
             next_step,
             writer,
+            refused: HashMap::new(),
             current: None,
             queue: VecDeque::new(),
             draining: None,
