@@ -177,7 +177,8 @@ pub struct RunArgs {
     /// executed, the rules, workspace confinement, `--read-only`, the guards), with
     /// read-before-edit simulated from the transcript's own earlier reads and writes; no tool
     /// body runs, nothing in the workspace changes and no log is opened or written (`--log`
-    /// and `--store` are ignored). Prints one JSON line per call: `step`, `callId`, `tool`,
+    /// and `--store` are ignored; `--mcp` servers are started, their tools judged, never
+    /// called). Prints one JSON line per call: `step`, `callId`, `tool`,
     /// `decision` (`allow`, `ask`: a human would be asked, or `deny`), `reason` (null when
     /// allowed), and for a denial the error `code` the call would get.
     #[arg(long)]
