@@ -204,6 +204,10 @@ impl ToolDefinition for ProfileTool {
         Some((self.entry.builtin.to_string(), self.translate(input)))
     }
 
+    async fn dry_run(&self, input: Value, ctx: ToolContext) -> Result<(), ToolFailure> {
+        self.inner.dry_run(self.translate(&input), ctx).await
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         self.inner.execute(self.translate(&input), ctx).await
     }

@@ -59,6 +59,15 @@ pub enum Command {
     /// arguments, answered `TOOL_INPUT_ERROR` naming the line and why, printed in the format
     /// of the line before it (OpenAI's for a first line), and reported on stderr (exit code
     /// 1). A message without tool calls is noted on stderr and records nothing.
+    ///
+    /// A Claude Code session file (the JSON Lines under `~/.claude/projects/`) is read too,
+    /// told by its first line: its assistant `tool_use` blocks are grouped into one step per
+    /// message id; its other lines are skipped and counted on stderr.
+    ///
+    /// With `--dry-run` no tool runs and no log is written: each call is judged (command
+    /// hooks are executed, then rules, confinement, guards, and read-before-edit simulated
+    /// from the transcript's own earlier reads) and printed as one JSON line with its
+    /// decision: allow, ask or deny.
     #[command(after_help = EXIT_CODES)]
     Run(RunArgs),
     /// Print the model-visible transcript rebuilt from a session log alone.
@@ -95,10 +104,12 @@ pub enum Command {
     Sessions(SessionsArgs),
     /// Serve the pipeline as an MCP server on standard input and output, for a live agent.
     ///
-    /// Every built-in tool (and every tool of the `--mcp` servers, as `mcp__NAME__TOOL`) is
-    /// listed to the client; each `tools/call` passes the same policy, hooks, sandbox and
-    /// timeouts as `dsh run` and is recorded in LOG (created if missing, recovered and
-    /// continued if present). Concurrent calls join one step: safe ones run side by side,
+    /// Every built-in tool (with `--profile claude-code`, Claude Code's Read, Write, Edit,
+    /// MultiEdit, Glob, Grep, LS and Bash instead, as adapters over them; and every tool of the
+    /// `--mcp` servers, as `mcp__NAME__TOOL`) is listed to the client; each `tools/call`
+    /// passes the same policy (`--policy`, `--claude-settings`), hooks, sandbox and timeouts
+    /// as `dsh run` and is recorded in LOG (created if missing, recovered and continued if
+    /// present). Concurrent calls join one step: safe ones run side by side,
     /// the others one at a time; the step ends when no call is in flight. A policy `ask` is
     /// put to the client as an elicitation (`--approve allow` or `deny` answers them all
     /// instead); a client that cannot be asked gets `DENIED`. Standard output carries only
@@ -155,12 +166,23 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "LOG",
-        required_unless_present = "store",
+        required_unless_present_any = ["store", "dry_run"],
         conflicts_with = "store"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Judge the calls instead of running them: "what would these rules have denied?". Each
+    /// call passes prepare (the `--hooks`/`--claude-settings` command hooks, which ARE
+    /// executed, the rules, workspace confinement, `--read-only`, the guards), with
+    /// read-before-edit simulated from the transcript's own earlier reads and writes; no tool
+    /// body runs, nothing in the workspace changes and no log is opened or written (`--log`
+    /// and `--store` are ignored; `--mcp` servers are started, their tools judged, never
+    /// called). Prints one JSON line per call: `step`, `callId`, `tool`,
+    /// `decision` (`allow`, `ask`: a human would be asked, or `deny`), `reason` (null when
+    /// allowed), and for a denial the error `code` the call would get.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub options: PipelineOptions,
 }

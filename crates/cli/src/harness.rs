@@ -273,6 +273,151 @@ pub async fn start(
 ) -> Result<Running, CliError> {
     let label = target.label();
     let log_path = label.as_path();
+    let Assembled {
+        harness,
+        parts,
+        recovery,
+        hooks: command_hooks,
+    } = assemble(
+        workspace,
+        Some(target),
+        log_path,
+        options,
+        stdin_free,
+        approval,
+    )
+    .await?;
+    let recovery = recovery.unwrap_or_default();
+    if recovery.repaired() {
+        note(format!(
+            "recovered {}: {}",
+            log_path.display(),
+            crate::replay::describe_recovery(&recovery).join("; ")
+        ));
+        // A write the crash cut short left its temporary file beside its target.
+        match parts.toolset.remove_stale_temp_files().await {
+            Ok(removed) if !removed.is_empty() => note(format!(
+                "removed {} temporary file(s) of writes the crash cut short",
+                removed.len()
+            )),
+            Ok(_) => {}
+            Err(e) => note(format!(
+                "warning: looking for temporary files of cut-short writes failed: {e}"
+            )),
+        }
+    }
+    if recovery.next_step > 1 {
+        note(format!(
+            "continuing {} ({} events) at step {}",
+            log_path.display(),
+            recovery.next_seq.saturating_sub(1),
+            recovery.next_step
+        ));
+    }
+    let config = SchedulerConfig {
+        max_parallel_tool_calls: usize::try_from(options.max_parallel).unwrap_or(usize::MAX),
+        first_step: recovery.next_step,
+        ..SchedulerConfig::default()
+    };
+    let Some(log) = parts.log.clone() else {
+        parts.stop().await;
+        return Err(CliError::Start("the log was not opened".into()));
+    };
+    let session = match harness.open(log, config, None).await {
+        Ok(s) => s,
+        Err(e) => {
+            harness.shutdown().await;
+            parts.stop().await;
+            return Err(CliError::Start(e.to_string()));
+        }
+    };
+    Ok(Running {
+        harness,
+        session,
+        toolset: parts.toolset,
+        mcp: parts.mcp,
+        log_path: log_path.to_path_buf(),
+        hooks: command_hooks,
+    })
+}
+
+/// A pipeline built to judge calls (`dsh run --dry-run`): the same tools, sandbox, hooks,
+/// rules and guards as [`start`], but no log is opened or created, no session started, and
+/// `ask`s are never put to anyone (the harness has no approver it would use: judging answers
+/// them). `transcript` is what hooks get as `transcript_path`.
+pub struct Judging {
+    /// The harness; its pipeline judges the calls.
+    pub harness: Harness,
+    /// The file tools (their read-before-edit records are the dry run's).
+    pub toolset: FsToolset,
+    /// The `--mcp` servers (their tools are listed, never called).
+    pub mcp: Option<McpToolSource>,
+    /// The shell's spill folder, outside the workspace; removed with it.
+    _spill: tempfile::TempDir,
+}
+
+impl Judging {
+    /// Stops the harness and the tools.
+    pub async fn shutdown(self) {
+        self.harness.shutdown().await;
+        stop_tools(&self.toolset, self.mcp.as_ref()).await;
+    }
+}
+
+/// Builds the pipeline for `dsh run --dry-run` (see [`Judging`]).
+pub async fn start_judging(
+    workspace: &Path,
+    transcript: &Path,
+    options: &PipelineOptions,
+) -> Result<Judging, CliError> {
+    let deny_asks: Arc<dyn ApprovalResponder> =
+        approve::responder(crate::cli::Approve::Deny, false);
+    // The shell tool makes its spill folder when it is built: not in the workspace, which a
+    // dry run leaves as it is, unless the command line names one.
+    let spill = tempfile::Builder::new()
+        .prefix("dsh-dry-run-")
+        .tempdir()
+        .map_err(|e| CliError::Start(format!("a temporary folder for the dry run: {e}")))?;
+    let mut options = options.clone();
+    if options.spill_dir.is_none() {
+        options.spill_dir = Some(spill.path().join("spill"));
+    }
+    let Assembled { harness, parts, .. } = assemble(
+        workspace,
+        None,
+        transcript,
+        &options,
+        false,
+        Some(deny_asks),
+    )
+    .await?;
+    Ok(Judging {
+        harness,
+        toolset: parts.toolset,
+        mcp: parts.mcp,
+        _spill: spill,
+    })
+}
+
+/// What [`assemble`] built: the harness, and what it stands on.
+struct Assembled {
+    harness: Harness,
+    parts: Parts,
+    /// The log's recovery, when a log was opened.
+    recovery: Option<dsh_session::Recovery>,
+    hooks: Option<CommandHooks>,
+}
+
+/// The pipeline of [`start`], with the log opened (recovered) when `target` names one;
+/// `log_path` is what hooks get as `transcript_path`.
+async fn assemble(
+    workspace: &Path,
+    target: Option<&crate::store::LogTarget>,
+    log_path: &Path,
+    options: &PipelineOptions,
+    stdin_free: bool,
+    approval: Option<Arc<dyn ApprovalResponder>>,
+) -> Result<Assembled, CliError> {
     let root = workspace_dir(workspace)?;
     let mut settings = Vec::new();
     for file in claude_settings_files(options, &root) {
@@ -282,7 +427,7 @@ pub async fn start(
     }
     let rules = all_rules(options, &settings, &root)?;
     let mut own = OwnFiles::default();
-    if let Some(file) = target.file() {
+    if let Some(file) = target.and_then(|t| t.file()) {
         own.add(file);
     }
     for file in [&options.policy, &options.hooks, &options.mcp]
@@ -393,21 +538,24 @@ pub async fn start(
     }
 
     // The log before the servers: its lock says whether this run may go on at all.
-    if let Some(file) = target.file()
-        && std::fs::symlink_metadata(file).is_err()
-    {
-        parts.created = Some(file.to_path_buf());
+    let mut recovery = None;
+    if let Some(target) = target {
+        if let Some(file) = target.file()
+            && std::fs::symlink_metadata(file).is_err()
+        {
+            parts.created = Some(file.to_path_buf());
+        }
+        match target.open(options.durability.into()).await {
+            Ok((log, recovered)) => {
+                parts.log = Some(log);
+                recovery = Some(recovered);
+            }
+            Err(e) => {
+                parts.stop().await;
+                return Err(CliError::log(log_path, e));
+            }
+        }
     }
-    let recovery = match target.open(options.durability.into()).await {
-        Ok((log, recovery)) => {
-            parts.log = Some(log);
-            recovery
-        }
-        Err(e) => {
-            parts.stop().await;
-            return Err(CliError::log(log_path, e));
-        }
-    };
     if let Some(servers) = servers {
         match start_mcp(servers, &registry, options.read_only).await {
             Ok(source) => parts.mcp = Some(source),
@@ -459,55 +607,10 @@ pub async fn start(
             return Err(CliError::Start(e.to_string()));
         }
     };
-    if recovery.repaired() {
-        note(format!(
-            "recovered {}: {}",
-            log_path.display(),
-            crate::replay::describe_recovery(&recovery).join("; ")
-        ));
-        // A write the crash cut short left its temporary file beside its target.
-        match parts.toolset.remove_stale_temp_files().await {
-            Ok(removed) if !removed.is_empty() => note(format!(
-                "removed {} temporary file(s) of writes the crash cut short",
-                removed.len()
-            )),
-            Ok(_) => {}
-            Err(e) => note(format!(
-                "warning: looking for temporary files of cut-short writes failed: {e}"
-            )),
-        }
-    }
-    if recovery.next_step > 1 {
-        note(format!(
-            "continuing {} ({} events) at step {}",
-            log_path.display(),
-            recovery.next_seq.saturating_sub(1),
-            recovery.next_step
-        ));
-    }
-    let config = SchedulerConfig {
-        max_parallel_tool_calls: usize::try_from(options.max_parallel).unwrap_or(usize::MAX),
-        first_step: recovery.next_step,
-        ..SchedulerConfig::default()
-    };
-    let Some(log) = parts.log.clone() else {
-        parts.stop().await;
-        return Err(CliError::Start("the log was not opened".into()));
-    };
-    let session = match harness.open(log, config, None).await {
-        Ok(s) => s,
-        Err(e) => {
-            harness.shutdown().await;
-            parts.stop().await;
-            return Err(CliError::Start(e.to_string()));
-        }
-    };
-    Ok(Running {
+    Ok(Assembled {
         harness,
-        session,
-        toolset: parts.toolset,
-        mcp: parts.mcp,
-        log_path: log_path.to_path_buf(),
+        parts,
+        recovery,
         hooks: command_hooks,
     })
 }

@@ -49,6 +49,20 @@ fn main() -> ExitCode {
     };
     let mut out = JsonLines::default();
     let result: Result<u8, CliError> = match cli.command {
+        Command::Run(args) if args.dry_run => {
+            if args.log.is_some() || args.store.store.is_some() {
+                note("--dry-run: the log is not opened or written");
+            }
+            run::dry_run(
+                &rt,
+                run::DryRunPlan {
+                    transcript: run::TranscriptSource::from_arg(&args.transcript),
+                    workspace: &args.workspace,
+                    options: &args.options,
+                },
+                &mut out,
+            )
+        }
         Command::Run(args) => {
             store::LogTarget::new(args.log.as_ref(), &args.store).and_then(|log| {
                 run::run(

@@ -104,7 +104,13 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
     interrupt.guard(running.session.clone(), running.hooks.clone());
     let name = plan.transcript.name();
     let mut tally = Tally::default();
-    let outcome = run_lines(rt, &running, reader, &name, out, &mut tally, &interrupt);
+    let mut runner = Runner {
+        rt,
+        running: &running,
+        out,
+    };
+    let stopped = || interrupt.received().is_some();
+    let outcome = run_lines(reader, &name, &mut runner, &mut tally, &stopped);
     rt.block_on(running.shutdown());
     outcome?;
     if let Some(signal) = interrupt.received() {
@@ -144,14 +150,216 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
     })
 }
 
+/// What is done with each message of the transcript: run as a step ([`Runner`]) or judged
+/// without running ([`Judge`], `--dry-run`).
+trait Steps {
+    /// One assistant message's calls, from the line(s) at `at`, in `format`.
+    fn step(
+        &mut self,
+        calls: Vec<dsh_core::ToolCall>,
+        format: Format,
+        at: &str,
+        tally: &mut Tally,
+    ) -> Result<(), CliError>;
+    /// A line that is not an assistant message.
+    fn bad_line(
+        &mut self,
+        bad: BadLine<'_>,
+        format: Format,
+        tally: &mut Tally,
+    ) -> Result<(), CliError>;
+}
+
+/// `dsh run`: each message is a step of the session, printed with its results.
+struct Runner<'a> {
+    rt: &'a Runtime,
+    running: &'a Running,
+    out: &'a mut JsonLines,
+}
+
+impl Steps for Runner<'_> {
+    fn step(
+        &mut self,
+        calls: Vec<dsh_core::ToolCall>,
+        format: Format,
+        at: &str,
+        tally: &mut Tally,
+    ) -> Result<(), CliError> {
+        let outcome = run_step(self.rt, self.running, calls.clone(), at)?;
+        for r in &outcome.renamed {
+            note(format!("{at}: {}", describe_rename(r)));
+        }
+        tally.first_step.get_or_insert(outcome.step);
+        tally.last_step = Some(outcome.step);
+        let step = step_from_run(outcome.step, &calls, &outcome.results, &outcome.deferred);
+        self.out.print(&render_step(format, &step))
+    }
+
+    fn bad_line(
+        &mut self,
+        bad: BadLine<'_>,
+        format: Format,
+        tally: &mut Tally,
+    ) -> Result<(), CliError> {
+        record_bad_line(self.rt, self.running, bad, format, self.out, tally)
+    }
+}
+
+/// `dsh run --dry-run`: each message's calls judged in order, one JSON line per call.
+struct Judge<'a> {
+    rt: &'a Runtime,
+    judging: &'a harness::Judging,
+    out: &'a mut JsonLines,
+    /// The step a run of the same transcript on a new log would give the message.
+    step: u64,
+    /// Calls allowed, asked about, denied.
+    counts: [usize; 3],
+}
+
+impl Judge<'_> {
+    fn print(
+        &mut self,
+        call_id: &str,
+        tool: &str,
+        judgement: &dsh_scheduler::Judgement,
+    ) -> Result<(), CliError> {
+        use dsh_scheduler::Judgement;
+        let (decision, reason, code) = match judgement {
+            Judgement::Allow => ("allow", None, None),
+            Judgement::Ask(prompt) => ("ask", Some(prompt.as_str()), None),
+            Judgement::Deny { code, reason } => ("deny", Some(reason.as_str()), Some(code)),
+        };
+        self.counts[match decision {
+            "allow" => 0,
+            "ask" => 1,
+            _ => 2,
+        }] += 1;
+        let mut line = serde_json::json!({
+            "step": self.step,
+            "callId": call_id,
+            "tool": tool,
+            "decision": decision,
+            "reason": reason,
+        });
+        if let Some(code) = code {
+            line["code"] = serde_json::json!(code);
+        }
+        self.out.print(std::slice::from_ref(&line))
+    }
+}
+
+impl Steps for Judge<'_> {
+    fn step(
+        &mut self,
+        calls: Vec<dsh_core::ToolCall>,
+        _format: Format,
+        at: &str,
+        tally: &mut Tally,
+    ) -> Result<(), CliError> {
+        self.step += 1;
+        let mut calls = calls;
+        for r in dsh_scheduler::prepare_step_calls(self.step, &mut calls) {
+            note(format!("{at}: {}", describe_rename(&r)));
+        }
+        tally.first_step.get_or_insert(self.step);
+        tally.last_step = Some(self.step);
+        // In the order of the message: an edit after a read of its step is judged after it,
+        // as a run places an exclusive call after every earlier call of its step.
+        for call in calls {
+            let input = dsh_core::ToolExecutionInput {
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments,
+                agent: "main".into(),
+                signal: dsh_core::Signal::never(),
+                parent: None,
+            };
+            let judgement = self
+                .rt
+                .block_on(self.judging.harness.pipeline().judge(&input));
+            self.print(&call.call_id, &call.name, &judgement)?;
+        }
+        Ok(())
+    }
+
+    fn bad_line(
+        &mut self,
+        bad: BadLine<'_>,
+        _format: Format,
+        tally: &mut Tally,
+    ) -> Result<(), CliError> {
+        self.step += 1;
+        let reason = format!(
+            "transcript line {} could not be run: {}",
+            bad.number, bad.reason
+        );
+        note(format!("{}: {}", bad.at, bad.reason));
+        tally.bad_lines += 1;
+        tally.first_step.get_or_insert(self.step);
+        tally.last_step = Some(self.step);
+        let judgement = dsh_scheduler::Judgement::Deny {
+            code: ErrorCode::ToolInputError,
+            reason,
+        };
+        self.print(&bad_line_call_id(bad.number), "", &judgement)
+    }
+}
+
+/// What `run --dry-run` needs.
+#[derive(Debug)]
+pub struct DryRunPlan<'a> {
+    /// The transcript.
+    pub transcript: TranscriptSource,
+    /// The directory the tools are confined to (read, never changed).
+    pub workspace: &'a Path,
+    /// Policy, hooks, profile.
+    pub options: &'a PipelineOptions,
+}
+
+/// `dsh run --dry-run`: judges every call of the transcript (prepare: command hooks, rules,
+/// confinement, guards, and read-before-edit simulated from the transcript's own earlier
+/// reads) and prints one JSON line per call; runs no tool body, opens no log. Returns the exit
+/// code: 0, or 1 when some lines were not assistant messages.
+pub fn dry_run(rt: &Runtime, plan: DryRunPlan<'_>, out: &mut JsonLines) -> Result<u8, CliError> {
+    let reader = plan.transcript.open()?;
+    let hooks_transcript = match &plan.transcript {
+        TranscriptSource::File(path) => std::path::absolute(path).unwrap_or_else(|_| path.clone()),
+        _ => PathBuf::from(plan.transcript.name()),
+    };
+    let judging = rt.block_on(harness::start_judging(
+        plan.workspace,
+        &hooks_transcript,
+        plan.options,
+    ))?;
+    let name = plan.transcript.name();
+    let mut tally = Tally::default();
+    let mut judge = Judge {
+        rt,
+        judging: &judging,
+        out,
+        step: 0,
+        counts: [0; 3],
+    };
+    let outcome = run_lines(reader, &name, &mut judge, &mut tally, &|| false);
+    let [allowed, asked, denied] = judge.counts;
+    rt.block_on(judging.shutdown());
+    outcome?;
+    note(format!(
+        "dry run of {name}: {allowed} allowed, {asked} ask, {denied} denied; no tool ran and no log was written"
+    ));
+    Ok(if tally.bad_lines > 0 {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
 fn run_lines(
-    rt: &Runtime,
-    running: &Running,
     mut reader: Box<dyn BufRead>,
     name: &str,
-    out: &mut JsonLines,
+    sink: &mut dyn Steps,
     tally: &mut Tally,
-    interrupt: &Interrupt,
+    stopped: &dyn Fn() -> bool,
 ) -> Result<(), CliError> {
     let mut number = 0usize;
     let mut bytes = Vec::new();
@@ -161,7 +369,7 @@ fn run_lines(
     let mut claude: Option<ClaudeCodeSteps> = None;
     let mut first = true;
     loop {
-        if interrupt.received().is_some() {
+        if stopped() {
             return Ok(());
         }
         bytes.clear();
@@ -171,7 +379,7 @@ fn run_lines(
             if let Some(mut steps) = claude {
                 if let Some(calls) = steps.finish() {
                     let at = format!("{name}:{number}");
-                    run_claude_step(rt, running, calls, &at, out, tally)?;
+                    sink.step(calls, Format::Anthropic, &at, tally)?;
                 }
                 let skipped = steps.skipped();
                 if !skipped.is_empty() {
@@ -200,7 +408,7 @@ fn run_lines(
                     "the line is {line_len} bytes, past the limit of {MAX_TRANSCRIPT_LINE_BYTES} bytes for one assistant message"
                 ),
             };
-            record_bad_line(rt, running, bad, format, out, tally)?;
+            sink.bad_line(bad, format, tally)?;
             continue;
         }
         let line = match std::str::from_utf8(&bytes) {
@@ -214,7 +422,7 @@ fn run_lines(
                     bytes: line_len,
                     reason: format!("not UTF-8 text ({e})"),
                 };
-                record_bad_line(rt, running, bad, format, out, tally)?;
+                sink.bad_line(bad, format, tally)?;
                 continue;
             }
         };
@@ -239,7 +447,7 @@ fn run_lines(
                         bytes: line_len,
                         reason: "not a JSON object".into(),
                     };
-                    record_bad_line(rt, running, bad, format, out, tally)?;
+                    sink.bad_line(bad, format, tally)?;
                     continue;
                 }
                 Err(e) => {
@@ -250,12 +458,12 @@ fn run_lines(
                         bytes: line_len,
                         reason: format!("not JSON ({e})"),
                     };
-                    record_bad_line(rt, running, bad, format, out, tally)?;
+                    sink.bad_line(bad, format, tally)?;
                     continue;
                 }
             };
             if let ClaudeCodeLine::Completed(calls) = steps.push_line(&value) {
-                run_claude_step(rt, running, calls, &at, out, tally)?;
+                sink.step(calls, Format::Anthropic, &at, tally)?;
             }
             continue;
         }
@@ -269,7 +477,7 @@ fn run_lines(
                     bytes: line_len,
                     reason: e.to_string(),
                 };
-                record_bad_line(rt, running, bad, format, out, tally)?;
+                sink.bad_line(bad, format, tally)?;
                 continue;
             }
         };
@@ -281,39 +489,8 @@ fn run_lines(
             tally.talk_only += 1;
             continue;
         }
-        let outcome = run_step(rt, running, parsed.calls.clone(), &at)?;
-        for r in &outcome.renamed {
-            note(format!("{at}: {}", describe_rename(r)));
-        }
-        tally.first_step.get_or_insert(outcome.step);
-        tally.last_step = Some(outcome.step);
-        let step = step_from_run(
-            outcome.step,
-            &parsed.calls,
-            &outcome.results,
-            &outcome.deferred,
-        );
-        out.print(&render_step(parsed.format, &step))?;
+        sink.step(parsed.calls, parsed.format, &at, tally)?;
     }
-}
-
-/// One message of a Claude Code session file, run as a step and printed in Anthropic's format.
-fn run_claude_step(
-    rt: &Runtime,
-    running: &Running,
-    calls: Vec<dsh_core::ToolCall>,
-    at: &str,
-    out: &mut JsonLines,
-    tally: &mut Tally,
-) -> Result<(), CliError> {
-    let outcome = run_step(rt, running, calls.clone(), at)?;
-    for r in &outcome.renamed {
-        note(format!("{at}: {}", describe_rename(r)));
-    }
-    tally.first_step.get_or_insert(outcome.step);
-    tally.last_step = Some(outcome.step);
-    let step = step_from_run(outcome.step, &calls, &outcome.results, &outcome.deferred);
-    out.print(&render_step(Format::Anthropic, &step))
 }
 
 /// The longest transcript line read whole: one assistant message, with room for many calls at

@@ -386,6 +386,17 @@ pub trait ToolDefinition: Send + Sync + 'static {
         None
     }
 
+    /// The dry run of the body (`dsh run --dry-run`): the checks the body would make before
+    /// it changes anything (the path policies per resolved path, the `fs/*-intent` handlers
+    /// and read-before-edit), changing nothing in the world; `Err` is the refusal the body
+    /// would answer. A tool whose later calls depend on what earlier ones did may record the
+    /// effect in its own state (a judged read counts as a read for read-before-edit), so a
+    /// harness that judges calls must not also run them. `Ok(())` (the default) for a tool
+    /// whose body checks nothing of the kind.
+    async fn dry_run(&self, _input: Value, _ctx: ToolContext) -> Result<(), ToolFailure> {
+        Ok(())
+    }
+
     /// The body. Returns the canonical value, which stays private to the execution.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure>;
 

@@ -59,8 +59,8 @@ mod telemetry;
 pub const RUN_CODE: &str = dsh_core::dispatcher::RUN_CODE;
 
 pub use error::SchedulerError;
-pub use pipeline::{Pipeline, PipelineConfig};
-pub use scheduler::SchedulerConfig;
+pub use pipeline::{Judgement, Pipeline, PipelineConfig};
+pub use scheduler::{SchedulerConfig, prepare_step_calls};
 pub use session::{
     CallCanceller, Harness, HarnessBuilder, HarnessShutdownReport, OpenStep, OpenedSession,
     PendingCall, Session, SessionStore, ShutdownReport,

@@ -99,31 +99,36 @@ impl Leaf for BodyLeaf<'_> {
     }
 }
 
-impl BodyLeaf<'_> {
-    /// The call's declared paths, resolved through the workspace and put to the path policies
-    /// (off the async workers: resolving stats the disk). A refusal is the call's `DENIED`,
-    /// before its body runs. Nothing to do for a tool that declares none, or resolves its own.
-    async fn resolve_paths(&self, arguments: &Value) -> Result<ResolvedPaths, ToolFailure> {
-        let definition = self.tool.definition();
-        if definition.resolves_own_paths() {
-            return Ok(ResolvedPaths::default());
-        }
-        let declared = definition.declared_paths(arguments);
-        let Some(confinement) = self.confinement.clone() else {
-            return Ok(ResolvedPaths::default());
-        };
-        if declared.is_empty() {
-            return Ok(ResolvedPaths::default());
-        }
-        let policy = self.policy.clone();
-        let name = definition.name().to_string();
-        tokio::task::spawn_blocking(move || {
-            dsh_core::paths::resolve_declared(&confinement, &policy, &name, &declared)
-        })
-        .await
-        .unwrap_or_else(|e| Err(ToolFailure::new(format!("resolving the paths failed: {e}"))))
+/// The call's declared paths, resolved through the workspace and put to the path policies
+/// (off the async workers: resolving stats the disk). A refusal is the call's `DENIED`, before
+/// its body runs. Nothing to do for a tool that declares none, or resolves its own.
+async fn resolve_paths(
+    tool: &RegisteredTool,
+    confinement: Option<Arc<dyn Confinement>>,
+    policy: &PathPolicies,
+    arguments: &Value,
+) -> Result<ResolvedPaths, ToolFailure> {
+    let definition = tool.definition();
+    if definition.resolves_own_paths() {
+        return Ok(ResolvedPaths::default());
     }
+    let declared = definition.declared_paths(arguments);
+    let Some(confinement) = confinement else {
+        return Ok(ResolvedPaths::default());
+    };
+    if declared.is_empty() {
+        return Ok(ResolvedPaths::default());
+    }
+    let policy = policy.clone();
+    let name = definition.name().to_string();
+    tokio::task::spawn_blocking(move || {
+        dsh_core::paths::resolve_declared(&confinement, &policy, &name, &declared)
+    })
+    .await
+    .unwrap_or_else(|e| Err(ToolFailure::new(format!("resolving the paths failed: {e}"))))
+}
 
+impl BodyLeaf<'_> {
     async fn run_body(&self, req: DispatchRequest) -> DispatchOutcome {
         if req.arguments != self.approved {
             tracing::error!(
@@ -139,7 +144,13 @@ impl BodyLeaf<'_> {
         if signal.is_cancelled() {
             return Err(ended_by_signal(&signal));
         }
-        let paths = self.resolve_paths(&req.arguments).await?;
+        let paths = resolve_paths(
+            self.tool,
+            self.confinement.clone(),
+            &self.policy,
+            &req.arguments,
+        )
+        .await?;
         let ctx = ToolContext {
             paths,
             confinement: self.confinement.clone(),
@@ -310,5 +321,45 @@ async fn present_with_meta(
                 format!("present of `{name}` {why}"),
             ))
         }
+    }
+}
+
+/// The dry run of dispatch (`Pipeline::judge`): the declared paths resolved and put to the path
+/// policies as before a body, then the tool's own [`dsh_core::ToolDefinition::dry_run`]; no
+/// wrapper and no body runs.
+pub(super) async fn dry_run(
+    pipeline: &Pipeline,
+    tool: &RegisteredTool,
+    input: &ToolExecutionInput,
+    arguments: Value,
+) -> Result<(), ToolFailure> {
+    let confinement = pipeline.confinement.clone();
+    let paths = resolve_paths(tool, confinement.clone(), &pipeline.policy, &arguments).await?;
+    let ctx = ToolContext {
+        paths,
+        confinement,
+        call_id: input.call_id.clone(),
+        agent: input.agent.clone(),
+        parent: input.parent.clone(),
+        signal: input.signal.clone(),
+        attempt: 1,
+        dispatcher: None,
+        policy: pipeline.policy.clone(),
+        partial: Default::default(),
+    };
+    let definition = tool.definition().clone();
+    match AssertUnwindSafe(definition.dry_run(arguments, ctx))
+        .catch_unwind()
+        .await
+    {
+        Ok(answer) => answer,
+        Err(payload) => Err(ToolFailure::with_code(
+            ErrorCode::PipelineError,
+            format!(
+                "the dry run of `{}` panicked: {}",
+                definition.name(),
+                panic::message(payload.as_ref())
+            ),
+        )),
     }
 }

@@ -47,7 +47,7 @@ use dsh_core::Confinement;
 use dsh_core::pool::BlockingPool;
 use dsh_core::{
     ApprovalResponder, Arguments, ContentBlock, ErrorCode, FrozenResult, Hooks, PartialOutput,
-    PathPolicies, PathPolicy, ProtectedPaths, RegisteredTool, SubCallDispatcher,
+    PathPolicies, PathPolicy, PreToolDecision, ProtectedPaths, RegisteredTool, SubCallDispatcher,
     ToolExecutionInput, ToolRegistry,
 };
 use dsh_guards::GuardSet;
@@ -138,6 +138,23 @@ impl fmt::Debug for Pipeline {
             .field("policy", &self.policy)
             .finish()
     }
+}
+
+/// What [`Pipeline::judge`] says of a call it did not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// It would run.
+    Allow,
+    /// It would run only if the approver said yes; the question it would be asked.
+    Ask(String),
+    /// It would be refused before its body changed anything.
+    Deny {
+        /// The code its result would carry (`DENIED`; `UNKNOWN_TOOL`, `TOOL_INPUT_ERROR` or
+        /// `PIPELINE_ERROR` for a call that cannot run at all).
+        code: ErrorCode,
+        /// Why, as the model would be told.
+        reason: String,
+    },
 }
 
 /// Where a call is, as far as cancellation cares: has its body started?
@@ -270,13 +287,12 @@ impl Pipeline {
         }
     }
 
-    async fn prepare_and_dispatch(
+    /// The call's tool and its arguments as JSON; an unknown tool, or arguments that did not
+    /// parse or are too large, end the call.
+    fn lookup(
         &self,
         input: &ToolExecutionInput,
-        track: &CallTrack,
-        dispatcher: Option<Arc<dyn SubCallDispatcher>>,
-        call: &Span,
-    ) -> Result<(Arc<RegisteredTool>, Value, Candidate), Candidate> {
+    ) -> Result<(Arc<RegisteredTool>, Value), Candidate> {
         let Some(tool) = self.registry.get(&input.name) else {
             let known = self.registry.names();
             let known = if known.is_empty() {
@@ -308,6 +324,61 @@ impl Pipeline {
             }
         };
 
+        Ok((tool, arguments))
+    }
+
+    /// Judges a call without running it: "what would these rules do with it?" (`dsh run
+    /// --dry-run`). Prepare runs as for a call that runs (the schema, the pre-execute
+    /// waterfall with its verification pass, so command hooks *are* executed; the guards),
+    /// but an `ask` is answered [`Judgement::Ask`] instead of being put to the approver; then
+    /// the declared paths are resolved and put to the path policies, and the tool's
+    /// [`dsh_core::ToolDefinition::dry_run`] makes the checks its body would make before
+    /// changing anything (read-before-edit). No wrapper, no body, no observer runs and
+    /// nothing is recorded. A tool may keep what a judged call would have done in its own
+    /// state (a judged read counts as a read for read-before-edit, so a later edit is judged
+    /// as it would run after it): judge calls on a harness that does not also run them.
+    pub async fn judge(&self, input: &ToolExecutionInput) -> Judgement {
+        let judged = async {
+            let (tool, arguments) = self.lookup(input)?;
+            let (arguments, decision) = pre_execute::run(self, &tool, input, arguments).await?;
+            let asked = match decision {
+                PreToolDecision::Allow => None,
+                PreToolDecision::Ask(prompt) => Some(prompt),
+                PreToolDecision::Deny(reason) => {
+                    return Err(Candidate::failed(ErrorCode::Denied, reason));
+                }
+            };
+            // A guard's denial stands whatever a human would answer to the ask.
+            guard::check(self, input, &arguments).await?;
+            dispatch::dry_run(self, &tool, input, arguments)
+                .await
+                .map_err(Candidate::from_failure)?;
+            Ok(asked)
+        };
+        match judged.await {
+            Ok(None) => Judgement::Allow,
+            Ok(Some(prompt)) => Judgement::Ask(prompt),
+            Err(ended) => match ended.error {
+                Some(error) => Judgement::Deny {
+                    code: error.code,
+                    reason: error.message,
+                },
+                None => Judgement::Deny {
+                    code: ErrorCode::PipelineError,
+                    reason: "the call ended without a reason".into(),
+                },
+            },
+        }
+    }
+
+    async fn prepare_and_dispatch(
+        &self,
+        input: &ToolExecutionInput,
+        track: &CallTrack,
+        dispatcher: Option<Arc<dyn SubCallDispatcher>>,
+        call: &Span,
+    ) -> Result<(Arc<RegisteredTool>, Value, Candidate), Candidate> {
+        let (tool, arguments) = self.lookup(input)?;
         let arguments = async {
             let (arguments, decision) = pre_execute::run(self, &tool, input, arguments).await?;
             approval::resolve(self, input, &arguments, decision).await?;

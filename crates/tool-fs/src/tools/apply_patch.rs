@@ -10,7 +10,7 @@ use super::edit_file::load_text;
 use super::write_file::inspect_target;
 use super::{
     APPLY_PATCH, announce, arg, blocking, failure, forbidden_write, not_cancelled,
-    permission_subjects,
+    permission_subjects, refusal_only,
 };
 use crate::error::FsError;
 use crate::hash::ContentHash;
@@ -383,6 +383,30 @@ impl ToolDefinition for ApplyPatch {
 
     fn resolves_own_paths(&self) -> bool {
         true
+    }
+
+    async fn dry_run(&self, input: Value, ctx: ToolContext) -> Result<(), ToolFailure> {
+        let text = arg(&input, "input").unwrap_or_default().to_string();
+        let shared = self.shared.clone();
+        let policy = ctx.policy.clone();
+        let planned = blocking(move || plan(&shared, &policy, &text)).await;
+        let Some(planned) = refusal_only(planned)? else {
+            return Ok(());
+        };
+        for (op, path, current) in &planned.intents {
+            announce(&self.shared, &ctx, APPLY_PATCH, *op, path, *current).await?;
+        }
+        // Nothing is written: records keep what is on disk, and a deleted file is forgotten.
+        for (op, path, current) in &planned.intents {
+            match op {
+                FsOp::Delete => self.shared.monitor.record_write(&ctx.agent, path, None),
+                _ if current.is_some() => {
+                    self.shared.monitor.record_write(&ctx.agent, path, *current)
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {

@@ -2,7 +2,7 @@
 
 use super::{
     EDIT_FILE, announce, arg, blocking, failure, forbidden_write, not_cancelled,
-    permission_subjects,
+    permission_subjects, refusal_only,
 };
 use crate::edit::apply_edit_within;
 use crate::error::quote_path;
@@ -176,6 +176,31 @@ impl ToolDefinition for EditFile {
 
     fn resolves_own_paths(&self) -> bool {
         true
+    }
+
+    async fn dry_run(&self, input: Value, ctx: ToolContext) -> Result<(), ToolFailure> {
+        let path = arg(&input, "path").unwrap_or_default().to_string();
+        let shared = self.shared.clone();
+        let policy = ctx.policy.clone();
+        let loaded = blocking(move || load_text(&shared, &policy, EDIT_FILE, &path)).await;
+        let Some((_, shown, text)) = refusal_only(loaded)? else {
+            return Ok(());
+        };
+        let current = ContentHash::of(text.as_bytes());
+        announce(
+            &self.shared,
+            &ctx,
+            EDIT_FILE,
+            FsOp::Edit,
+            &shown,
+            Some(current),
+        )
+        .await?;
+        // Nothing is written: the record keeps what is on disk (see `WriteFile::dry_run`).
+        self.shared
+            .monitor
+            .record_write(&ctx.agent, &shown, Some(current));
+        Ok(())
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {

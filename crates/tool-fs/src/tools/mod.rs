@@ -215,6 +215,17 @@ pub(crate) async fn announce(
     shared.handlers.check(&intent).await
 }
 
+/// What a dry run keeps of a check's outcome: a refusal (`DENIED`) is the dry run's answer;
+/// any other failure (a missing file, a directory) is the body's to report when it runs,
+/// not a refusal, so the dry run stops there without one (`Ok(None)`).
+pub(crate) fn refusal_only<T>(checked: Result<T, ToolFailure>) -> Result<Option<T>, ToolFailure> {
+    match checked {
+        Ok(value) => Ok(Some(value)),
+        Err(f) if f.code == ErrorCode::Denied => Err(f),
+        Err(_) => Ok(None),
+    }
+}
+
 /// Fails when the call was cancelled, so a write is not started for a result nobody keeps.
 pub(crate) fn not_cancelled(ctx_signal: &dsh_core::Signal) -> Result<(), ToolFailure> {
     match ctx_signal.reason() {

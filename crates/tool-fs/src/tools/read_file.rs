@@ -1,6 +1,8 @@
 //! `read_file`: numbered lines of a text file; records the read for the read-before-edit rule.
 
-use super::{READ_FILE, arg, blocking, failure, forbidden_read, permission_subjects, plural};
+use super::{
+    READ_FILE, arg, blocking, failure, forbidden_read, permission_subjects, plural, refusal_only,
+};
 use crate::error::quote_path;
 use crate::hash::ContentHash;
 use crate::sandbox;
@@ -25,6 +27,15 @@ impl ReadFile {
     pub(crate) fn new(shared: Arc<Shared>) -> ReadFile {
         ReadFile { shared }
     }
+}
+
+/// The file's text, unless it is binary (a NUL in its first bytes, as git decides) or not
+/// UTF-8: then nothing of it is shown.
+fn shown_text(bytes: &[u8]) -> Option<&str> {
+    let sniff = &bytes[..bytes.len().min(BINARY_SNIFF)];
+    std::str::from_utf8(bytes)
+        .ok()
+        .filter(|_| !sniff.contains(&0))
 }
 
 /// Cuts a line to `max` characters, saying so.
@@ -132,6 +143,41 @@ impl ToolDefinition for ReadFile {
         true
     }
 
+    async fn dry_run(&self, input: Value, ctx: ToolContext) -> Result<(), ToolFailure> {
+        let path = arg(&input, "path").unwrap_or_default().to_string();
+        let offset = input
+            .get("offset")
+            .and_then(Value::as_u64)
+            .map_or(1, |o| usize::try_from(o).unwrap_or(usize::MAX))
+            .max(1);
+        let shared = self.shared.clone();
+        let max = shared.limits.max_file_bytes;
+        let policy = ctx.policy.clone();
+        let loaded = blocking(move || {
+            let rel = shared.ws.resolve(&path).map_err(failure)?;
+            forbidden_read(&shared, &policy, READ_FILE, &rel)?;
+            let existing = shared.ws.load(&rel, max).map_err(failure)?;
+            Ok((sandbox::display(&rel), existing))
+        })
+        .await;
+        // The read the body would record (the same cases as `execute`): a text file shown.
+        if let Some((rel, Existing::File(bytes))) = refusal_only(loaded)?
+            && let Some(text) = shown_text(&bytes)
+            && (text.is_empty() || offset <= text.lines().count())
+        {
+            let hash = ContentHash::of(&bytes);
+            if let Err(e) = self
+                .shared
+                .monitor
+                .record_read(&ctx.agent, &rel, hash)
+                .await
+            {
+                tracing::warn!(error = %e, path = %rel, "the read could not be recorded");
+            }
+        }
+        Ok(())
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let path = arg(&input, "path").unwrap_or_default().to_string();
         // The schema says at least 1, but the tool is public and may be called without it:
@@ -178,11 +224,9 @@ impl ToolDefinition for ReadFile {
                 return Ok(json!({"path": rel, "kind": "too_large", "bytes": size, "limit": max}));
             }
         };
-        let sniff = &bytes[..bytes.len().min(BINARY_SNIFF)];
-        let text = match std::str::from_utf8(&bytes) {
-            Ok(text) if !sniff.contains(&0) => text,
+        let Some(text) = shown_text(&bytes) else {
             // Nothing of it is shown: not a read as far as read-before-edit is concerned.
-            _ => return Ok(json!({"path": rel, "kind": "binary", "bytes": bytes.len()})),
+            return Ok(json!({"path": rel, "kind": "binary", "bytes": bytes.len()}));
         };
         let total = text.lines().count();
         let shown = if text.is_empty() {

@@ -2,7 +2,7 @@
 
 use super::{
     WRITE_FILE, announce, arg, blocking, failure, forbidden_write, not_cancelled,
-    permission_subjects,
+    permission_subjects, refusal_only,
 };
 use crate::error::quote_path;
 use crate::hash::ContentHash;
@@ -116,6 +116,30 @@ impl ToolDefinition for WriteFile {
 
     fn resolves_own_paths(&self) -> bool {
         true
+    }
+
+    async fn dry_run(&self, input: Value, ctx: ToolContext) -> Result<(), ToolFailure> {
+        let path = arg(&input, "path").unwrap_or_default().to_string();
+        let shared = self.shared.clone();
+        let policy = ctx.policy.clone();
+        let inspected = blocking(move || inspect_target(&shared, &policy, WRITE_FILE, &path)).await;
+        let Some((_, shown, current)) = refusal_only(inspected)? else {
+            return Ok(());
+        };
+        let op = if current.is_some() {
+            FsOp::Overwrite
+        } else {
+            FsOp::Create
+        };
+        announce(&self.shared, &ctx, WRITE_FILE, op, &shown, current).await?;
+        // The file stays as it is: the agent's record holds what is on disk, so a later edit
+        // in the same dry run passes read-before-edit as it would after this write.
+        if current.is_some() {
+            self.shared
+                .monitor
+                .record_write(&ctx.agent, &shown, current);
+        }
+        Ok(())
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
