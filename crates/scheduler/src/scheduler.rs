@@ -321,6 +321,23 @@ fn assign_ids(
     renamed
 }
 
+/// The ids one whole step's calls get, as the scheduler gives them (empty, repeated and
+/// derived-form ids replaced by `dsh_STEP_N`), and their arguments bounded as a recorded call's
+/// are: for a caller that judges calls without running them (`dsh run --dry-run`), so its
+/// call ids are the ones a run would log.
+pub fn prepare_step_calls(step: u64, calls: &mut [ToolCall]) -> Vec<RenamedCallId> {
+    let mut refs: Vec<&mut ToolCall> = calls.iter_mut().collect();
+    let renamed = assign_ids(step, 0, &mut HashSet::new(), &mut refs);
+    for call in calls.iter_mut() {
+        call.arguments = std::mem::replace(
+            &mut call.arguments,
+            Arguments::Json(serde_json::Value::Null),
+        )
+        .within_limits();
+    }
+    renamed
+}
+
 fn call_event(call: &ToolCall, agent: &str) -> EventBody {
     EventBody::ToolCall(ToolCallData {
         call_id: call.call_id.clone(),
