@@ -214,7 +214,19 @@ impl FsToolset {
     }
 
     /// Stops the fs-intent monitor. Mutations refuse afterwards (the rule cannot be asked).
+    /// Given to a harness (`HarnessBuilder::owns`), the harness's shutdown calls it.
     pub async fn shutdown(&self) {
         self.shared.monitor.shutdown().await;
+    }
+}
+
+#[async_trait::async_trait]
+impl dsh_core::Shutdown for FsToolset {
+    fn name(&self) -> &str {
+        "fs-toolset"
+    }
+
+    async fn shutdown(&self) {
+        FsToolset::shutdown(self).await;
     }
 }
