@@ -7,6 +7,7 @@ use crate::monitor::FsIntentMonitor;
 use crate::sandbox::Sandbox;
 use crate::tools;
 use crate::workspace::Workspace;
+use dsh_core::typed::Typed;
 use dsh_core::{CoreError, PreExecuteHandler, ToolDefinition, ToolRegistry};
 use ractor::ActorCell;
 use std::fmt;
@@ -159,8 +160,8 @@ impl FsToolset {
         let s = &self.shared;
         vec![
             Arc::new(tools::ReadFile::new(s.clone())),
-            Arc::new(tools::ListDir::new(s.clone())),
-            Arc::new(tools::Glob::new(s.clone())),
+            Arc::new(Typed::new(tools::ListDir::new(s.clone()))),
+            Arc::new(Typed::new(tools::Glob::new(s.clone()))),
             Arc::new(tools::Grep::new(s.clone())),
             Arc::new(tools::WriteFile::new(s.clone())),
             Arc::new(tools::EditFile::new(s.clone())),
