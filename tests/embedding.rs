@@ -305,3 +305,57 @@ async fn a_restarted_session_comes_back_from_its_log() {
     host.stop(None);
     harness.shutdown().await;
 }
+
+/// One call stops what a harness started: its sessions (logs closed), its guard set, and the
+/// file toolset it was given to own (whose monitor actor the file tools ask).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shutdown_stops_sessions_guards_and_the_toolset() {
+    use dsh::core::{Hooks, ToolCall, ToolRegistry};
+    use dsh::scheduler::HarnessBuilder;
+    use dsh::tool_fs::FsToolset;
+    use ractor::ActorStatus;
+
+    let dir = tempfile::tempdir().unwrap();
+    let toolset = FsToolset::builder(dir.path()).build().await.unwrap();
+    let registry = Arc::new(ToolRegistry::new());
+    toolset.register(&registry).unwrap();
+    let mut hooks = Hooks::new();
+    hooks.pre_execute_arc(toolset.sandbox());
+    let harness = HarnessBuilder::new(registry)
+        .hooks(hooks)
+        .owns(toolset.clone())
+        .build()
+        .await
+        .unwrap();
+    let log = SessionLog::memory().await.unwrap();
+    let session = harness
+        .open(log.clone(), SchedulerConfig::default(), None)
+        .await
+        .unwrap();
+    let outcome = session
+        .run_step(StepRequest::new(vec![ToolCall::new(
+            "w",
+            "write_file",
+            json!({"path": "a.txt", "content": "hi"}),
+        )]))
+        .await
+        .unwrap();
+    assert_eq!(
+        code(&outcome.results[0]),
+        "ok",
+        "{}",
+        outcome.results[0].text()
+    );
+    let monitor = toolset.monitor().actor_cell();
+    assert_eq!(monitor.get_status(), ActorStatus::Running);
+
+    let report = harness.shutdown().await;
+
+    assert_eq!(report.sessions, 1);
+    assert!(report.log_errors.is_empty());
+    assert_eq!(monitor.get_status(), ActorStatus::Stopped);
+    assert!(session.run_step(StepRequest::new(vec![])).await.is_err());
+    // A second shutdown (a clone of the harness, or the toolset's own) is harmless.
+    harness.shutdown().await;
+    toolset.shutdown().await;
+}

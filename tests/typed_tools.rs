@@ -298,3 +298,51 @@ async fn workspace_paths_are_confined_before_the_body_and_used_through_their_han
         results[0].text()
     );
 }
+
+/// A typed tool that takes a path as a plain string, declared through `path_args` (as the
+/// built-in `glob` and `list_dir` do): the pipeline sees the declaration like any tool's, and
+/// the generated schema carries no Rust type name.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct StatArgs {
+    /// The file.
+    file: String,
+}
+
+struct Stat;
+
+#[async_trait]
+impl TypedTool for Stat {
+    type Args = StatArgs;
+    type Output = String;
+    fn name(&self) -> &str {
+        "stat"
+    }
+    fn description(&self) -> &str {
+        "stats a file"
+    }
+    fn path_args(&self) -> Vec<dsh::core::PathArg> {
+        vec![dsh::core::PathArg::read("file")]
+    }
+    async fn call(&self, args: StatArgs, _ctx: ToolContext) -> Result<String, ToolFailure> {
+        Ok(args.file)
+    }
+}
+
+#[test]
+fn plain_string_paths_are_declared_and_schemas_carry_no_type_name() {
+    use dsh::core::{Access, ToolDefinition};
+    let tool = Typed::new(Stat);
+    assert!(tool.input_schema().get("title").is_none());
+    assert!(tool.declares_paths());
+    let declared = tool.declared_paths(&json!({"file": "secrets/k"}));
+    assert_eq!(declared.len(), 1);
+    assert_eq!(
+        (declared[0].raw.as_str(), declared[0].access),
+        ("secrets/k", Access::Read)
+    );
+    assert_eq!(
+        tool.permission_subjects(&json!({"file": "secrets/k"})),
+        ["secrets/k"]
+    );
+    assert!(!tool.resolves_own_paths());
+}

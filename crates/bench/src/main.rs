@@ -11,6 +11,7 @@ mod report;
 mod serve_bench;
 mod session_bench;
 mod shell_bench;
+mod stream_bench;
 
 /// One scenario benchmark.
 pub struct Bench {
@@ -23,7 +24,7 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 7] = [
+    let lists: [&'static [Bench]; 8] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
@@ -31,6 +32,7 @@ fn benches() -> Vec<&'static Bench> {
         shell_bench::BENCHES,
         pg_bench::BENCHES,
         serve_bench::BENCHES,
+        stream_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }

@@ -30,6 +30,7 @@ pub mod policy;
 pub mod pool;
 pub mod registry;
 pub mod result;
+pub mod shutdown;
 pub mod signal;
 pub mod tool;
 pub mod transcript;
@@ -49,6 +50,7 @@ pub use paths::{Confinement, DeclaredPath, PathArg, ResolvedPath, ResolvedPaths}
 pub use policy::{Access, PathPolicies, PathPolicy, ProtectedPaths};
 pub use registry::{RegisteredTool, ToolRegistry};
 pub use result::{DeferredMessage, FrozenResult, ToolError};
+pub use shutdown::Shutdown;
 pub use signal::{CancelHandle, CancelReason, Signal};
 pub use tool::{
     Arguments, ExecutionMode, MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, PartialOutput, RetryPolicy,

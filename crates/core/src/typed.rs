@@ -45,7 +45,9 @@
 
 use crate::content::ContentBlock;
 use crate::error::ErrorCode;
-use crate::paths::{DeclaredPath, ResolvedPath, ResolvedPaths, declared_by_schema};
+use crate::paths::{
+    DeclaredPath, PathArg, ResolvedPath, ResolvedPaths, declared_by_args, declared_by_schema,
+};
 use crate::policy::Access;
 use crate::tool::{ExecutionMode, ToolContext, ToolDefinition, ToolFailure};
 use async_trait::async_trait;
@@ -91,6 +93,31 @@ pub trait TypedTool: Send + Sync + 'static {
         None
     }
 
+    /// The paths a call declares, when the schema's [`WorkspacePath`] fields do not say it
+    /// all (a path argument with a default, a tool that resolves its own paths); `None` (the
+    /// default): the schema's.
+    fn declared_paths(&self, _input: &Value) -> Option<Vec<DeclaredPath>> {
+        None
+    }
+
+    /// Top-level string arguments that are paths (see [`ToolDefinition::path_args`]); for a
+    /// tool that takes them as plain strings rather than [`WorkspacePath`]s. None by default.
+    fn path_args(&self) -> Vec<PathArg> {
+        Vec::new()
+    }
+
+    /// What permission rules match against; `None` (the default): the declared paths, as for
+    /// any tool ([`ToolDefinition::permission_subjects`]).
+    fn permission_subjects(&self, _input: &Value) -> Option<Vec<String>> {
+        None
+    }
+
+    /// True for a tool that resolves and checks its declared paths itself, through the
+    /// workspace (the built-in file tools; see [`ToolDefinition::resolves_own_paths`]).
+    fn resolves_own_paths(&self) -> bool {
+        false
+    }
+
     /// What the model sees of the output: by default its JSON (a string output as itself).
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
         match value {
@@ -117,13 +144,15 @@ impl<T: TypedTool> fmt::Debug for Typed<T> {
     }
 }
 
-/// The schema of `T` as a tool schema: the root's `$schema` is dropped (providers refuse or
-/// ignore it), the rest kept as generated.
+/// The schema of `T` as a tool schema: the root's `$schema` (providers refuse or ignore it)
+/// and `title` (the Rust type's name) are dropped, the rest kept as generated.
 fn schema_of<T: JsonSchema>() -> Value {
     let schema = SchemaGenerator::default().into_root_schema_for::<T>();
     let mut value = schema.to_value();
     if let Value::Object(map) = &mut value {
         map.remove("$schema");
+        // The Rust type's name tells the model nothing (the tool's name and description do).
+        map.remove("title");
     }
     value
 }
@@ -196,16 +225,44 @@ impl<T: TypedTool> ToolDefinition for Typed<T> {
     }
 
     fn declared_paths(&self, input: &Value) -> Vec<DeclaredPath> {
-        declared_by_schema(&self.input_schema, input)
+        if let Some(declared) = self.tool.declared_paths(input) {
+            return declared;
+        }
+        let mut declared = declared_by_schema(&self.input_schema, input);
+        declared.extend(declared_by_args(&self.tool.path_args(), input));
+        declared
     }
 
     fn declares_paths(&self) -> bool {
-        crate::paths::schema_declares_paths(&self.input_schema)
+        crate::paths::schema_declares_paths(&self.input_schema) || !self.tool.path_args().is_empty()
+    }
+
+    fn path_args(&self) -> Vec<PathArg> {
+        self.tool.path_args()
+    }
+
+    fn permission_subjects(&self, input: &Value) -> Vec<String> {
+        if let Some(subjects) = self.tool.permission_subjects(input) {
+            return subjects;
+        }
+        let declared = self.declared_paths(input);
+        if !declared.is_empty() {
+            return declared.into_iter().map(|d| d.raw).collect();
+        }
+        input
+            .get("path")
+            .and_then(Value::as_str)
+            .map(|p| vec![p.to_string()])
+            .unwrap_or_default()
+    }
+
+    fn resolves_own_paths(&self) -> bool {
+        self.tool.resolves_own_paths()
     }
 
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
         let declared = self.declared_paths(&input);
-        if !declared.is_empty() && ctx.paths.is_empty() {
+        if !declared.is_empty() && ctx.paths.is_empty() && !self.tool.resolves_own_paths() {
             return Err(ToolFailure::with_code(
                 ErrorCode::Denied,
                 format!(

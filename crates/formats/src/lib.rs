@@ -11,7 +11,8 @@
 //!
 //! [`parse_line`] / [`parse_message`] turn one assistant message into [`dsh_core::ToolCall`]s
 //! (the format is detected per message); [`ToolCallStream`] does the same for a streamed
-//! response, handing over each call the moment its block is complete. [`render_tools`] renders
+//! response, handing over each call the moment its block is complete, and [`StreamFeeder`]
+//! pushes each of them into a running step (an open step of `dsh-scheduler`) right then. [`render_tools`] renders
 //! the tool list a request carries, in either provider's shape. [`render_step`] turns a
 //! [`dsh_core::transcript::TranscriptStep`] back into the messages of that format. Rendering
 //! works from the neutral transcript only, so a live run (see [`step_from_run`]) and a replay
@@ -58,6 +59,7 @@
 
 mod claude_code;
 mod error;
+mod feed;
 mod live;
 mod parse;
 mod render;
@@ -66,6 +68,7 @@ mod tools;
 
 pub use claude_code::{ClaudeCodeLine, ClaudeCodeSteps, is_claude_code_line};
 pub use error::FormatError;
+pub use feed::{CallSink, StreamFeeder};
 pub use live::step_from_run;
 pub use parse::{ParsedMessage, detect, parse_line, parse_message};
 pub use render::{render_result_content, render_step, render_transcript};

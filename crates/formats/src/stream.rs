@@ -30,6 +30,9 @@ struct Partial {
     text: String,
     /// Bytes of argument text dropped past the limit (the call then ends oversized).
     dropped: usize,
+    /// The text is the `input` an Anthropic block started with (a server that does not
+    /// stream its input); the first delta replaces it.
+    given_at_start: bool,
 }
 
 impl Partial {
@@ -88,6 +91,9 @@ pub struct ToolCallStream {
     skipping: bool,
     malformed: usize,
     done: bool,
+    /// The highest OpenAI `index` seen: a lower one that is not open belongs to a call
+    /// already handed over.
+    highest_started: Option<u64>,
 }
 
 impl ToolCallStream {
@@ -100,6 +106,7 @@ impl ToolCallStream {
             skipping: false,
             malformed: 0,
             done: false,
+            highest_started: None,
         }
     }
 
@@ -189,6 +196,15 @@ impl ToolCallStream {
                     self.malformed += 1;
                     continue;
                 };
+                if !self.open.contains_key(&index)
+                    && self.highest_started.is_some_and(|h| index <= h)
+                {
+                    // A piece of a call already handed over (or a repeated start): it cannot
+                    // change what was pushed, and must not make a second call.
+                    self.malformed += 1;
+                    continue;
+                }
+                self.highest_started = Some(self.highest_started.map_or(index, |h| h.max(index)));
                 // Calls stream one after another: a new index completes every earlier one.
                 let earlier: Vec<u64> = self.open.range(..index).map(|(i, _)| *i).collect();
                 for i in earlier {
@@ -198,11 +214,11 @@ impl ToolCallStream {
                 }
                 let partial = self.open.entry(index).or_default();
                 if let Some(id) = delta.get("id").and_then(Value::as_str) {
-                    partial.id.push_str(id);
+                    join_piece(&mut partial.id, id);
                 }
                 let function = delta.get("function");
                 if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str) {
-                    partial.name.push_str(name);
+                    join_piece(&mut partial.name, name);
                 }
                 if let Some(piece) = function
                     .and_then(|f| f.get("arguments"))
@@ -242,6 +258,7 @@ impl ToolCallStream {
                         && input.as_object().is_some_and(|o| !o.is_empty())
                     {
                         partial.grow(&input.to_string());
+                        partial.given_at_start = true;
                     }
                     self.open.insert(index, partial);
                 }
@@ -255,11 +272,11 @@ impl ToolCallStream {
                         .and_then(|d| d.get("partial_json"))
                         .and_then(Value::as_str),
                 ) {
-                    if partial.text.starts_with('{') && partial.dropped == 0 && !piece.is_empty() {
+                    if partial.given_at_start && !piece.is_empty() {
                         // Input given at the start is superseded by streamed deltas.
-                        if serde_json::from_str::<Value>(&partial.text).is_ok() {
-                            partial.text.clear();
-                        }
+                        partial.given_at_start = false;
+                        partial.text.clear();
+                        partial.dropped = 0;
                     }
                     partial.grow(piece);
                 }
@@ -283,6 +300,14 @@ impl ToolCallStream {
             .into_values()
             .map(Partial::finish)
             .collect()
+    }
+}
+
+/// An id or name piece: OpenAI sends each once, in the call's first delta; some compatible
+/// servers repeat it in every delta, which must not double it.
+fn join_piece(whole: &mut String, piece: &str) {
+    if whole != piece {
+        whole.push_str(piece);
     }
 }
 
@@ -401,5 +426,123 @@ mod tests {
             Arguments::Oversized { bytes, .. } => assert!(*bytes > 6 * 1024 * 1024),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn anthropic_sse() -> String {
+        let event = |name: &str, v: Value| format!("event: {name}\r\ndata: {v}\r\n\r\n");
+        let mut s = String::new();
+        s += &event(
+            "message_start",
+            json!({"type": "message_start", "message": {"role": "assistant"}}),
+        );
+        s += &event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        );
+        s += &event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        );
+        for (index, id, name, pieces) in [
+            (1, "t1", "read_file", vec!["{\"path\":", " \"ü.txt\" ", "}"]),
+            (2, "t2", "glob", vec!["{\"pattern\"", ":\"*\",\"n\":1.50}"]),
+        ] {
+            s += &event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            );
+            for piece in pieces {
+                s += &event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                );
+            }
+            s += &event(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            );
+        }
+        s += &event("message_stop", json!({"type": "message_stop"}));
+        s
+    }
+
+    #[test]
+    fn anthropic_any_split_of_the_bytes_gives_the_same_calls() {
+        let sse = anthropic_sse();
+        let whole = ToolCallStream::new(Format::Anthropic).push_bytes(sse.as_bytes());
+        assert_eq!(whole.len(), 2);
+        // Arguments exactly as the model wrote them.
+        assert_eq!(
+            whole[0].arguments.logged_text(),
+            Some("{\"path\": \"ü.txt\" }")
+        );
+        assert_eq!(
+            whole[1].arguments.logged_text(),
+            Some("{\"pattern\":\"*\",\"n\":1.50}")
+        );
+        let bytes = sse.as_bytes();
+        for cut in 0..=bytes.len() {
+            let mut stream = ToolCallStream::new(Format::Anthropic);
+            let mut calls = stream.push_bytes(&bytes[..cut]);
+            calls.extend(stream.push_bytes(&bytes[cut..]));
+            calls.extend(stream.finish());
+            assert_eq!(calls, whole, "split at {cut}");
+            assert_eq!(stream.malformed_events(), 0);
+        }
+    }
+
+    #[test]
+    fn openai_arguments_are_kept_exactly_as_sent() {
+        let mut stream = ToolCallStream::new(Format::OpenAi);
+        for piece in ["{\"b\": 1,", " \"a\":2.0", "}"] {
+            stream.push_event(&json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "t", "arguments": piece}}]}}]}));
+        }
+        let calls = stream.finish();
+        assert_eq!(
+            calls[0].arguments.logged_text(),
+            Some("{\"b\": 1, \"a\":2.0}")
+        );
+        assert_eq!(calls[0].arguments.value().unwrap()["a"], 2.0);
+    }
+
+    #[test]
+    fn anthropic_input_given_at_start_is_replaced_by_deltas_only_once() {
+        let mut stream = ToolCallStream::new(Format::Anthropic);
+        stream.push_event(&json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "grep", "input": {"pattern": "old"}}}));
+        // The first delta replaces the start's input; the second completes it, although the
+        // text before it is already a whole object.
+        for piece in ["{\"pattern\":\"x\"}", " "] {
+            stream.push_event(&json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}));
+        }
+        let calls = stream.push_event(&json!({"type": "content_block_stop", "index": 0}));
+        assert_eq!(
+            calls[0].arguments.logged_text(),
+            Some("{\"pattern\":\"x\"} ")
+        );
+        // Without deltas, the start's input stands.
+        stream.push_event(&json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "u", "name": "grep", "input": {"pattern": "y"}}}));
+        let calls = stream.push_event(&json!({"type": "content_block_stop", "index": 1}));
+        assert_eq!(calls[0].arguments.value().unwrap()["pattern"], "y");
+    }
+
+    #[test]
+    fn openai_repeated_ids_and_stray_pieces_do_not_make_new_calls() {
+        let mut stream = ToolCallStream::new(Format::OpenAi);
+        let delta = |index: u64, args: &str| json!({"choices": [{"delta": {"tool_calls": [{"index": index, "id": format!("c{index}"), "function": {"name": "t", "arguments": args}}]}}]});
+        // Some compatible servers repeat the id and name in every delta.
+        assert!(stream.push_event(&delta(0, "{\"a\":")).is_empty());
+        assert!(stream.push_event(&delta(0, "1}")).is_empty());
+        let first = stream.push_event(&delta(1, "{}"));
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            (first[0].call_id.as_str(), first[0].name.as_str()),
+            ("c0", "t")
+        );
+        // A late piece of call 0 cannot change what was pushed and makes no second call.
+        assert!(stream.push_event(&delta(0, "x")).is_empty());
+        assert_eq!(stream.malformed_events(), 1);
+        let rest = stream.finish();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].call_id, "c1");
     }
 }

@@ -12,7 +12,9 @@ use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::scheduler::{Pushed, Scheduler, SchedulerArgs, SchedulerConfig, SchedulerMsg};
 use crate::step::{CancelTarget, DeferredContext, StepOutcome, StepRequest};
 use dsh_core::around::TimeoutLayer;
-use dsh_core::{ApprovalResponder, FrozenResult, Hooks, ProtectedPaths, ToolCall, ToolRegistry};
+use dsh_core::{
+    ApprovalResponder, FrozenResult, Hooks, ProtectedPaths, Shutdown, ToolCall, ToolRegistry,
+};
 use dsh_guards::GuardSet;
 use dsh_session::{Durability, Recovery, SessionError, SessionLog};
 use ractor::rpc::CallResult;
@@ -92,6 +94,7 @@ pub struct HarnessBuilder {
     timeout: TimeoutChoice,
     supervisor: Option<ActorCell>,
     protected: ProtectedPaths,
+    owned: Vec<Arc<dyn Shutdown>>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -118,7 +121,43 @@ impl HarnessBuilder {
             timeout: TimeoutChoice::Default,
             supervisor: None,
             protected: ProtectedPaths::new(),
+            owned: Vec::new(),
         }
+    }
+
+    /// Gives the harness a part to stop with itself (an `FsToolset`, whose monitor actor the
+    /// file tools ask): [`Harness::shutdown`] shuts it down after every session, in the order
+    /// given, so one call stops everything the harness started. May be called any number of
+    /// times.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use async_trait::async_trait;
+    /// use dsh_core::{Shutdown, ToolRegistry};
+    /// use dsh_scheduler::HarnessBuilder;
+    ///
+    /// struct Part(Arc<AtomicBool>);
+    /// #[async_trait]
+    /// impl Shutdown for Part {
+    ///     fn name(&self) -> &str { "part" }
+    ///     async fn shutdown(&self) { self.0.store(true, Ordering::SeqCst); }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+    /// let stopped = Arc::new(AtomicBool::new(false));
+    /// let harness = HarnessBuilder::new(Arc::new(ToolRegistry::new()))
+    ///     .owns(Part(stopped.clone()))
+    ///     .build()
+    ///     .await
+    ///     .unwrap();
+    /// harness.shutdown().await;
+    /// assert!(stopped.load(Ordering::SeqCst));
+    /// # });
+    /// ```
+    pub fn owns(mut self, part: impl Shutdown + 'static) -> Self {
+        self.owned.push(Arc::new(part));
+        self
     }
 
     /// Protects `path`, one of the embedder's own files (a session log, a policy file, a
@@ -229,6 +268,7 @@ impl HarnessBuilder {
             store: self.store,
             table: Arc::default(),
             owns_guards,
+            owned: Arc::new(self.owned),
         })
     }
 }
@@ -350,12 +390,27 @@ impl Table {
 /// harness.shutdown().await;
 /// # });
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Harness {
     pipeline: Arc<Pipeline>,
     store: SessionStore,
     table: Arc<Mutex<Table>>,
     owns_guards: bool,
+    /// Parts given with [`HarnessBuilder::owns`], stopped after the sessions.
+    owned: Arc<Vec<Arc<dyn Shutdown>>>,
+}
+
+impl fmt::Debug for Harness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Harness")
+            .field("store", &self.store)
+            .field("owns_guards", &self.owns_guards)
+            .field(
+                "owned",
+                &self.owned.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl Harness {
@@ -548,7 +603,8 @@ impl Harness {
     /// down every session still open, all at once and each as [`Session::shutdown_within`]
     /// does (running steps get `grace` to finish, then are cancelled; logs are flushed and
     /// closed; every actor stops), then stops the guard set it started (one given with
-    /// [`HarnessBuilder::guards`] is left running).
+    /// [`HarnessBuilder::guards`] is left running), then the parts given with
+    /// [`HarnessBuilder::owns`].
     ///
     /// ```
     /// use std::sync::Arc;
@@ -598,6 +654,10 @@ impl Harness {
         }
         if self.owns_guards {
             self.pipeline.guards.shutdown().await;
+        }
+        for part in self.owned.iter() {
+            tracing::debug!(part = part.name(), "stopping a part the harness owns");
+            part.shutdown().await;
         }
         HarnessShutdownReport {
             sessions: reports.len(),

@@ -7,6 +7,7 @@ use crate::monitor::FsIntentMonitor;
 use crate::sandbox::Sandbox;
 use crate::tools;
 use crate::workspace::Workspace;
+use dsh_core::typed::Typed;
 use dsh_core::{CoreError, PreExecuteHandler, ToolDefinition, ToolRegistry};
 use ractor::ActorCell;
 use std::fmt;
@@ -159,8 +160,8 @@ impl FsToolset {
         let s = &self.shared;
         vec![
             Arc::new(tools::ReadFile::new(s.clone())),
-            Arc::new(tools::ListDir::new(s.clone())),
-            Arc::new(tools::Glob::new(s.clone())),
+            Arc::new(Typed::new(tools::ListDir::new(s.clone()))),
+            Arc::new(Typed::new(tools::Glob::new(s.clone()))),
             Arc::new(tools::Grep::new(s.clone())),
             Arc::new(tools::WriteFile::new(s.clone())),
             Arc::new(tools::EditFile::new(s.clone())),
@@ -214,7 +215,19 @@ impl FsToolset {
     }
 
     /// Stops the fs-intent monitor. Mutations refuse afterwards (the rule cannot be asked).
+    /// Given to a harness (`HarnessBuilder::owns`), the harness's shutdown calls it.
     pub async fn shutdown(&self) {
         self.shared.monitor.shutdown().await;
+    }
+}
+
+#[async_trait::async_trait]
+impl dsh_core::Shutdown for FsToolset {
+    fn name(&self) -> &str {
+        "fs-toolset"
+    }
+
+    async fn shutdown(&self) {
+        FsToolset::shutdown(self).await;
     }
 }

@@ -1,14 +1,17 @@
 //! `glob`: files whose path matches a glob pattern, honouring `.gitignore`.
 
 use super::walk::{Skips, skip_notes, walk, walk_error};
-use super::{GLOB, arg, blocking, failure, forbidden_read, permission_subjects, plural};
+use super::{GLOB, blocking, failure, forbidden_read, permission_subjects, plural};
 use crate::sandbox::{self, check_glob_pattern};
 use crate::toolset::Shared;
 use async_trait::async_trait;
 use dsh_core::tool::ExecutionMode;
-use dsh_core::{ContentBlock, PathPolicies, Signal, ToolContext, ToolDefinition, ToolFailure};
+use dsh_core::typed::TypedTool;
+use dsh_core::{ContentBlock, PathPolicies, Signal, ToolContext, ToolFailure};
 use globset::GlobBuilder;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -36,13 +39,45 @@ pub(crate) fn relative_to(root: &Path, found: &Path) -> Option<String> {
     found.strip_prefix(root).ok().map(sandbox::display)
 }
 
+/// `glob`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(transform = super::without_description)]
+pub struct GlobArgs {
+    /// A glob pattern, relative to `path`.
+    pub pattern: String,
+    /// The directory to search (default: the workspace root).
+    #[serde(default = "workspace_root")]
+    #[schemars(transform = super::without_default)]
+    pub path: String,
+}
+
+fn workspace_root() -> String {
+    ".".to_string()
+}
+
+/// `glob`'s canonical value.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GlobOutput {
+    /// The pattern, as given.
+    pub pattern: String,
+    /// The directory searched, as the model is shown it.
+    pub path: String,
+    /// The matching files' workspace paths, sorted, at most the toolset's `max_paths`.
+    pub matches: Vec<String>,
+    /// How many files match in all.
+    pub total: usize,
+    /// What the walk left out and why.
+    pub skipped: Value,
+}
+
 fn run(
     shared: &Arc<Shared>,
     pattern: &str,
     path: &str,
     signal: &Signal,
     policy: &PathPolicies,
-) -> Result<Value, ToolFailure> {
+) -> Result<GlobOutput, ToolFailure> {
     check_glob_pattern(pattern).map_err(failure)?;
     let base = shared.ws.resolve(path).map_err(failure)?;
     forbidden_read(shared, policy, GLOB, &base)?;
@@ -110,17 +145,20 @@ fn run(
     });
     let total = found.len();
     found.truncate(shared.limits.max_paths);
-    Ok(json!({
-        "pattern": pattern,
-        "path": sandbox::display(&base),
-        "matches": found,
-        "total": total,
-        "skipped": skips.to_json(),
-    }))
+    Ok(GlobOutput {
+        pattern: pattern.to_string(),
+        path: sandbox::display(&base),
+        matches: found,
+        total,
+        skipped: skips.to_json(),
+    })
 }
 
 #[async_trait]
-impl ToolDefinition for Glob {
+impl TypedTool for Glob {
+    type Args = GlobArgs;
+    type Output = GlobOutput;
+
     fn name(&self) -> &str {
         GLOB
     }
@@ -130,26 +168,6 @@ impl ToolDefinition for Glob {
          glob pattern such as `**/*.rs` or `src/*.{ts,tsx}`. `*` does not cross `/`; `**` \
          does. Files ignored by .gitignore and hidden files are skipped unless the pattern \
          names them. Results are sorted by path."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "A glob pattern, relative to `path`."},
-                "path": {"type": "string", "description": "The directory to search (default: the workspace root)."}
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        })
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {"matches": {"type": "array", "items": {"type": "string"}}, "total": {"type": "integer"}},
-            "required": ["matches", "total"]
-        }))
     }
 
     fn execution_mode(&self) -> ExecutionMode {
@@ -164,27 +182,25 @@ impl ToolDefinition for Glob {
         Some(60_000)
     }
 
-    fn permission_subjects(&self, input: &Value) -> Vec<String> {
-        permission_subjects(&self.shared, GLOB, input)
+    fn permission_subjects(&self, input: &Value) -> Option<Vec<String>> {
+        Some(permission_subjects(&self.shared, GLOB, input))
     }
 
     fn path_args(&self) -> Vec<dsh_core::PathArg> {
         vec![dsh_core::PathArg::read("path")]
     }
 
-    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
-        super::declared(GLOB, input)
+    fn declared_paths(&self, input: &Value) -> Option<Vec<dsh_core::DeclaredPath>> {
+        Some(super::declared(GLOB, input))
     }
 
     fn resolves_own_paths(&self) -> bool {
         true
     }
 
-    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
-        let pattern = arg(&input, "pattern").unwrap_or_default().to_string();
-        let path = arg(&input, "path").unwrap_or(".").to_string();
+    async fn call(&self, args: GlobArgs, ctx: ToolContext) -> Result<GlobOutput, ToolFailure> {
         let shared = self.shared.clone();
-        blocking(move || run(&shared, &pattern, &path, &ctx.signal, &ctx.policy)).await
+        blocking(move || run(&shared, &args.pattern, &args.path, &ctx.signal, &ctx.policy)).await
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {

@@ -1,17 +1,18 @@
 //! `list_dir`: the entries of one directory, sorted by name.
 
 use super::walk::{Skips, skip_notes};
-use super::{LIST_DIR, arg, blocking, failure, forbidden_read, permission_subjects};
+use super::{LIST_DIR, blocking, failure, forbidden_read, permission_subjects};
 use crate::error::quote_path;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
 use async_trait::async_trait;
 use dsh_core::tool::ExecutionMode;
-use dsh_core::{
-    Access, ContentBlock, PathPolicies, PathPolicy, ToolContext, ToolDefinition, ToolFailure,
-};
-use serde_json::{Value, json};
+use dsh_core::typed::TypedTool;
+use dsh_core::{Access, ContentBlock, PathPolicies, PathPolicy, ToolContext, ToolFailure};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// `list_dir(path)`.
@@ -26,15 +27,9 @@ impl ListDir {
 }
 
 /// `ignore`: glob patterns of names to leave out of the listing.
-fn ignore_set(input: &Value) -> Result<globset::GlobSet, ToolFailure> {
+fn ignore_set(patterns: &[String]) -> Result<globset::GlobSet, ToolFailure> {
     let mut set = globset::GlobSetBuilder::new();
-    for pattern in input
-        .get("ignore")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
+    for pattern in patterns {
         let glob = globset::Glob::new(pattern)
             .map_err(|e| ToolFailure::new(format!("invalid ignore pattern `{pattern}`: {e}")))?;
         set.add(glob);
@@ -43,12 +38,49 @@ fn ignore_set(input: &Value) -> Result<globset::GlobSet, ToolFailure> {
         .map_err(|e| ToolFailure::new(format!("invalid ignore patterns: {e}")))
 }
 
+/// `list_dir`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(transform = super::without_description)]
+pub struct ListDirArgs {
+    /// The directory, relative to the workspace root.
+    pub path: String,
+    /// Glob patterns of names to leave out (`*.log`, `target`).
+    #[serde(default)]
+    #[schemars(transform = super::without_default)]
+    pub ignore: Vec<String>,
+}
+
+/// One entry of a listing.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListDirEntry {
+    /// Its name.
+    pub name: String,
+    /// `dir`, `symlink`, `file` or `other`.
+    pub kind: String,
+    /// A file's size in bytes.
+    pub size: Option<u64>,
+}
+
+/// `list_dir`'s canonical value.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListDirOutput {
+    /// The directory as the model is shown it.
+    pub path: String,
+    /// The entries, sorted by name, at most the toolset's `max_entries`.
+    pub entries: Vec<ListDirEntry>,
+    /// How many entries there are in all.
+    pub total: usize,
+    /// What the listing left out and why.
+    pub skipped: Value,
+}
+
 fn list(
     shared: &Shared,
     path: &str,
     ignore: &globset::GlobSet,
     policy: &PathPolicies,
-) -> Result<Value, ToolFailure> {
+) -> Result<ListDirOutput, ToolFailure> {
     let rel = shared.ws.resolve(path).map_err(failure)?;
     forbidden_read(shared, policy, LIST_DIR, &rel)?;
     let shown = sandbox::display(&rel);
@@ -105,15 +137,27 @@ fn list(
     entries.sort();
     let total = entries.len();
     entries.truncate(shared.limits.max_entries);
-    let entries: Vec<Value> = entries
+    let entries = entries
         .into_iter()
-        .map(|(name, kind, size)| json!({"name": name, "kind": kind, "size": size}))
+        .map(|(name, kind, size)| ListDirEntry {
+            name,
+            kind: kind.to_string(),
+            size,
+        })
         .collect();
-    Ok(json!({"path": shown, "entries": entries, "total": total, "skipped": skips.to_json()}))
+    Ok(ListDirOutput {
+        path: shown,
+        entries,
+        total,
+        skipped: skips.to_json(),
+    })
 }
 
 #[async_trait]
-impl ToolDefinition for ListDir {
+impl TypedTool for ListDir {
+    type Args = ListDirArgs;
+    type Output = ListDirOutput;
+
     fn name(&self) -> &str {
         LIST_DIR
     }
@@ -121,30 +165,6 @@ impl ToolDefinition for ListDir {
     fn description(&self) -> &str {
         "Lists a directory of the workspace: folders end in `/`, symlinks in `@`, files show \
          their size. Use `.` for the workspace root."
-    }
-
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "The directory, relative to the workspace root."},
-                "ignore": {"type": "array", "items": {"type": "string"}, "description": "Glob patterns of names to leave out (`*.log`, `target`)."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
-    }
-
-    fn output_schema(&self) -> Option<Value> {
-        Some(json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "entries": {"type": "array"},
-                "total": {"type": "integer"}
-            },
-            "required": ["path", "entries", "total"]
-        }))
     }
 
     fn execution_mode(&self) -> ExecutionMode {
@@ -159,27 +179,30 @@ impl ToolDefinition for ListDir {
         Some(30_000)
     }
 
-    fn permission_subjects(&self, input: &Value) -> Vec<String> {
-        permission_subjects(&self.shared, LIST_DIR, input)
+    fn permission_subjects(&self, input: &Value) -> Option<Vec<String>> {
+        Some(permission_subjects(&self.shared, LIST_DIR, input))
     }
 
     fn path_args(&self) -> Vec<dsh_core::PathArg> {
         vec![dsh_core::PathArg::read("path")]
     }
 
-    fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
-        super::declared(LIST_DIR, input)
+    fn declared_paths(&self, input: &Value) -> Option<Vec<dsh_core::DeclaredPath>> {
+        Some(super::declared(LIST_DIR, input))
     }
 
     fn resolves_own_paths(&self) -> bool {
         true
     }
 
-    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<Value, ToolFailure> {
-        let path = arg(&input, "path").unwrap_or(".").to_string();
-        let ignore = ignore_set(&input)?;
+    async fn call(
+        &self,
+        args: ListDirArgs,
+        ctx: ToolContext,
+    ) -> Result<ListDirOutput, ToolFailure> {
+        let ignore = ignore_set(&args.ignore)?;
         let shared = self.shared.clone();
-        blocking(move || list(&shared, &path, &ignore, &ctx.policy)).await
+        blocking(move || list(&shared, &args.path, &ignore, &ctx.policy)).await
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {

@@ -80,6 +80,18 @@ pub(crate) fn failure(e: FsError) -> ToolFailure {
     ToolFailure::with_code(code, e.to_string())
 }
 
+/// A generated argument schema without its `default`: the built-in tools' schemas say an
+/// optional argument's default in its description, as they always have.
+pub(crate) fn without_default(schema: &mut schemars::Schema) {
+    schema.remove("default");
+}
+
+/// A generated arguments schema without the root `description` its Rust type's doc comment
+/// gives: the tool's own description tells the model what the arguments are for.
+pub(crate) fn without_description(schema: &mut schemars::Schema) {
+    schema.remove("description");
+}
+
 /// A string argument (the schema has made sure of its type when it is required).
 pub(crate) fn arg<'a>(input: &'a Value, name: &str) -> Option<&'a str> {
     input.get(name).and_then(Value::as_str)
