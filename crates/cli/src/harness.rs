@@ -11,7 +11,7 @@ use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
 use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
 use dsh_guards::{KnownTools, PermissionRules, Rule, RuleClass};
 use dsh_mcp::{McpOptions, McpServers, McpToolSource};
-use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
+use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session, SessionStore};
 use dsh_session::SessionLog;
 use dsh_tool_fs::FsToolset;
 use dsh_tool_shell::{SandboxConfig, SandboxMode, ShellConfig, ShellLimits, ShellTool};
@@ -271,8 +271,106 @@ pub async fn start(
     stdin_free: bool,
     approval: Option<Arc<dyn ApprovalResponder>>,
 ) -> Result<Running, CliError> {
-    let label = target.label();
+    let launched = launch(workspace, Logs::One(target), options, stdin_free, approval).await?;
+    match launched.session {
+        Some(session) => Ok(Running {
+            harness: launched.harness,
+            session,
+            toolset: launched.toolset,
+            mcp: launched.mcp,
+            log_path: launched.log_path,
+            hooks: launched.hooks,
+        }),
+        None => {
+            launched.harness.shutdown().await;
+            stop_tools(&launched.toolset, launched.mcp.as_ref()).await;
+            Err(CliError::Start("the session was not opened".into()))
+        }
+    }
+}
+
+/// A started pipeline whose sessions are opened by id, each on its own log in a folder
+/// (`dsh serve --http`: one per MCP client session).
+pub struct Serving {
+    /// The harness; its store is the log folder.
+    pub harness: Harness,
+    /// How each session's scheduler is configured (`--max-parallel`).
+    pub scheduler: SchedulerConfig,
+    /// The file tools (their fs-intent monitor is stopped last).
+    pub toolset: FsToolset,
+    /// The `--mcp` servers, stopped after the sessions.
+    pub mcp: Option<McpToolSource>,
+    /// The log folder.
+    pub folder: PathBuf,
+    /// The `--hooks` command hooks.
+    pub hooks: Option<CommandHooks>,
+}
+
+impl Serving {
+    /// Shuts every session down (calls in flight recorded `ABORTED`, logs closed), then the
+    /// harness and the tools.
+    pub async fn shutdown(self) {
+        self.harness.shutdown().await;
+        stop_tools(&self.toolset, self.mcp.as_ref()).await;
+    }
+}
+
+/// Builds the pipeline of `start` with the folder `folder` as its session store (created if
+/// missing): no session is opened here; `Harness::open_session(id)` opens `folder/<id>.jsonl`.
+pub async fn start_many(
+    workspace: &Path,
+    folder: &Path,
+    options: &PipelineOptions,
+    approval: Option<Arc<dyn ApprovalResponder>>,
+) -> Result<Serving, CliError> {
+    let launched = launch(workspace, Logs::Folder(folder), options, false, approval).await?;
+    Ok(Serving {
+        harness: launched.harness,
+        scheduler: launched.scheduler,
+        toolset: launched.toolset,
+        mcp: launched.mcp,
+        folder: launched.log_path,
+        hooks: launched.hooks,
+    })
+}
+
+/// Where the sessions' logs go.
+#[derive(Clone, Copy)]
+enum Logs<'a> {
+    /// One session on one log, opened by `launch`.
+    One(&'a crate::store::LogTarget),
+    /// A folder of logs, one per session, opened by id later.
+    Folder(&'a Path),
+}
+
+/// What `launch` started.
+struct Launched {
+    harness: Harness,
+    session: Option<Session>,
+    scheduler: SchedulerConfig,
+    toolset: FsToolset,
+    mcp: Option<McpToolSource>,
+    log_path: PathBuf,
+    hooks: Option<CommandHooks>,
+}
+
+async fn launch(
+    workspace: &Path,
+    logs: Logs<'_>,
+    options: &PipelineOptions,
+    stdin_free: bool,
+    approval: Option<Arc<dyn ApprovalResponder>>,
+) -> Result<Launched, CliError> {
+    let label = match logs {
+        Logs::One(target) => target.label(),
+        Logs::Folder(folder) => folder.to_path_buf(),
+    };
     let log_path = label.as_path();
+    let log_file = match logs {
+        Logs::One(target) => target.file(),
+        // The folder and everything in it is dsh's own.
+        Logs::Folder(folder) => Some(folder),
+    };
     let root = workspace_dir(workspace)?;
     let mut settings = Vec::new();
     for file in claude_settings_files(options, &root) {
@@ -282,7 +380,7 @@ pub async fn start(
     }
     let rules = all_rules(options, &settings, &root)?;
     let mut own = OwnFiles::default();
-    if let Some(file) = target.file() {
+    if let Some(file) = log_file {
         own.add(file);
     }
     for file in [&options.policy, &options.hooks, &options.mcp]
@@ -393,19 +491,37 @@ pub async fn start(
     }
 
     // The log before the servers: its lock says whether this run may go on at all.
-    if let Some(file) = target.file()
-        && std::fs::symlink_metadata(file).is_err()
-    {
-        parts.created = Some(file.to_path_buf());
-    }
-    let recovery = match target.open(options.durability.into()).await {
-        Ok((log, recovery)) => {
-            parts.log = Some(log);
-            recovery
+    let recovery = match logs {
+        Logs::One(target) => {
+            if let Some(file) = target.file()
+                && std::fs::symlink_metadata(file).is_err()
+            {
+                parts.created = Some(file.to_path_buf());
+            }
+            match target.open(options.durability.into()).await {
+                Ok((log, recovery)) => {
+                    parts.log = Some(log);
+                    recovery
+                }
+                Err(e) => {
+                    parts.stop().await;
+                    return Err(CliError::log(log_path, e));
+                }
+            }
         }
-        Err(e) => {
-            parts.stop().await;
-            return Err(CliError::log(log_path, e));
+        Logs::Folder(folder) => {
+            let made = std::fs::create_dir_all(folder).and_then(|()| {
+                if std::fs::metadata(folder)?.is_dir() {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::other("not a directory"))
+                }
+            });
+            if let Err(e) = made {
+                parts.stop().await;
+                return Err(CliError::io("make the log folder", folder, e));
+            }
+            dsh_session::Recovery::default()
         }
     };
     if let Some(servers) = servers {
@@ -443,6 +559,12 @@ pub async fn start(
         None => TimeoutLayer::default().with_default_ms(DEFAULT_TIMEOUT_MS),
     };
     let mut builder = HarnessBuilder::new(registry);
+    if let Logs::Folder(folder) = logs {
+        builder = builder.store(SessionStore::Directory {
+            root: folder.to_path_buf(),
+            durability: options.durability.into(),
+        });
+    }
     for file in &own.0 {
         builder = builder.protect(file);
     }
@@ -490,21 +612,26 @@ pub async fn start(
         first_step: recovery.next_step,
         ..SchedulerConfig::default()
     };
-    let Some(log) = parts.log.clone() else {
-        parts.stop().await;
-        return Err(CliError::Start("the log was not opened".into()));
-    };
-    let session = match harness.open(log, config, None).await {
-        Ok(s) => s,
-        Err(e) => {
+    let session = match (logs, parts.log.clone()) {
+        (Logs::Folder(_), _) => None,
+        (Logs::One(_), Some(log)) => match harness.open(log, config.clone(), None).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                harness.shutdown().await;
+                parts.stop().await;
+                return Err(CliError::Start(e.to_string()));
+            }
+        },
+        (Logs::One(_), None) => {
             harness.shutdown().await;
             parts.stop().await;
-            return Err(CliError::Start(e.to_string()));
+            return Err(CliError::Start("the log was not opened".into()));
         }
     };
-    Ok(Running {
+    Ok(Launched {
         harness,
         session,
+        scheduler: config,
         toolset: parts.toolset,
         mcp: parts.mcp,
         log_path: log_path.to_path_buf(),
