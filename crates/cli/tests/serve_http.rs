@@ -523,11 +523,106 @@ fn sigterm_records_the_call_in_flight() {
     assert!(code.starts_with("ABORTED"), "{result}");
 }
 
+/// A client that sends garbage and one that vanishes mid-call: the server stays up for the
+/// others, and every log passes `dsh check` once it stops (the vanished client's call, still
+/// running then, recorded as aborted).
+fn garbage_and_a_vanished_client_leave_valid_logs() {
+    let mut server = Server::start();
+    let addr = server.addr.clone();
+    let auth = bearer();
+    let session = open_session(&addr);
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    // Garbage: not JSON, JSON that is not JSON-RPC, a tools/call with bad params.
+    for body in [
+        "this is not JSON".to_string(),
+        json!({"hello": "world"}).to_string(),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": 7}).to_string(),
+    ] {
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+            body.len()
+        );
+        for (name, value) in &headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 "), "{body}: {answer:?}");
+    }
+    // A client that starts a slow call and vanishes.
+    let other = open_session(&addr);
+    {
+        let body = tool_call(9, "mcp__test__slow", json!({"ms": 60000})).to_string();
+        let mut stream = TcpStream::connect(&addr).unwrap();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+             Authorization: {auth}\r\nMcp-Session-Id: {other}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !server.logs().iter().any(|l| {
+            std::fs::read_to_string(l)
+                .unwrap_or_default()
+                .contains("mcp__test__slow")
+        }) {
+            assert!(Instant::now() < deadline, "the slow call was not recorded");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Dropped here: the connection closes mid-call.
+    }
+    // The first client is still served.
+    let reply = post(
+        &addr,
+        &headers,
+        &tool_call(6, "read_file", json!({"path": "notes.txt"})),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.message()["result"]["isError"], false);
+    server.stop();
+    let logs = server.logs();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    for log in &logs {
+        let checked = check(log);
+        assert_eq!(
+            checked.code,
+            0,
+            "dsh check {}: {}",
+            log.display(),
+            checked.stderr
+        );
+    }
+    let slow = logs
+        .iter()
+        .flat_map(|l| log_events(l))
+        .find(|e| {
+            e["type"] == "tool/result"
+                && e["data"]["callId"] == "mcp_1"
+                && e["data"]["error"].is_object()
+        })
+        .expect("the vanished client's call has its result");
+    let code = slow["data"]["error"]["code"].as_str().unwrap_or_default();
+    assert!(code.starts_with("ABORTED"), "{slow}");
+}
+
 fn main() {
     if std::env::var_os(SERVE).is_some() {
         std::process::exit(dsh_mcp::test_server::main_exit_code());
     }
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 6] = [
         ("python_sdk_over_http", python_sdk_over_http),
         ("typescript_sdk_over_http", typescript_sdk_over_http),
         (
@@ -541,6 +636,10 @@ fn main() {
         (
             "sigterm_records_the_call_in_flight",
             sigterm_records_the_call_in_flight,
+        ),
+        (
+            "garbage_and_a_vanished_client_leave_valid_logs",
+            garbage_and_a_vanished_client_leave_valid_logs,
         ),
     ];
     let filters: Vec<String> = std::env::args()
