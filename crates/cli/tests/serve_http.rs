@@ -11,6 +11,8 @@
 //!   401/403 and leave nothing in the log folder; a non-loopback bind without a token does not
 //!   start (exit 2).
 //! - SIGTERM with a call in flight: the call is recorded `ABORTED`, the log passes `dsh check`.
+//! - Garbage gets an HTTP answer; a client that closes its stream mid-call cancels the call
+//!   (`ABORTED`); the others are still served and every log stays valid.
 //!
 //! `scripts/mcp-sdks.sh` installs both SDKs (into `target/mcp-sdks`); when it cannot, the test
 //! fails, it does not skip. The upstream server is dsh-mcp's test server, served by this test
@@ -523,9 +525,9 @@ fn sigterm_records_the_call_in_flight() {
     assert!(code.starts_with("ABORTED"), "{result}");
 }
 
-/// A client that sends garbage and one that vanishes mid-call: the server stays up for the
-/// others, and every log passes `dsh check` once it stops (the vanished client's call, still
-/// running then, recorded as aborted).
+/// A client that sends garbage and one that vanishes mid-call: the vanished client's call is
+/// cancelled as its stream closes (recorded `ABORTED`), the server stays up for the others,
+/// and every log passes `dsh check` once it stops.
 fn garbage_and_a_vanished_client_leave_valid_logs() {
     let mut server = Server::start();
     let addr = server.addr.clone();
@@ -583,6 +585,19 @@ fn garbage_and_a_vanished_client_leave_valid_logs() {
             std::thread::sleep(Duration::from_millis(20));
         }
         // Dropped here: the connection closes mid-call.
+    }
+    // Closing the stream cancels the call: its result is recorded while dsh still serves.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server.logs().iter().any(|l| {
+        std::fs::read_to_string(l)
+            .unwrap_or_default()
+            .contains("tool/result")
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "closing the stream did not cancel the call"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
     // The first client is still served.
     let reply = post(

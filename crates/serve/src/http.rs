@@ -5,12 +5,20 @@
 use crate::error::ServeError;
 use crate::http_guard::{GuardLayer, HttpGuard};
 use crate::server::DshServer;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::BoxBody;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -70,7 +78,9 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        let guarded = GuardLayer::new(guard.clone(), local).layer(service.clone());
+        let guarded = GuardLayer::new(guard.clone(), local).layer(StreamWatch {
+            inner: service.clone(),
+        });
         let stop = stop.clone();
         connections.spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
@@ -103,4 +113,92 @@ where
     )
     .await;
     Ok(())
+}
+
+/// Put in each HTTP request's extensions (rmcp hands a call the request's parts): cancelled
+/// when the response's body is dropped before its end, that is when the client closed the
+/// stream it was reading the answer from.
+#[derive(Debug, Clone)]
+pub struct StreamClosed(pub CancellationToken);
+
+/// A response body that cancels its [`StreamClosed`] when dropped before its end.
+struct WatchedBody {
+    inner: BoxBody<Bytes, Infallible>,
+    closed: CancellationToken,
+    done: bool,
+}
+
+impl Body for WatchedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            this.done = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for WatchedBody {
+    fn drop(&mut self) {
+        if !self.done && !self.inner.is_end_stream() {
+            self.closed.cancel();
+        }
+    }
+}
+
+/// Gives each request a [`StreamClosed`] and watches its response body.
+#[derive(Clone)]
+struct StreamWatch<S> {
+    inner: S,
+}
+
+impl<S, B> tower_service::Service<Request<B>> for StreamWatch<S>
+where
+    S: tower_service::Service<
+            Request<B>,
+            Response = Response<BoxBody<Bytes, Infallible>>,
+            Error = Infallible,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = Response<BoxBody<Bytes, Infallible>>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let closed = CancellationToken::new();
+        request
+            .extensions_mut()
+            .insert(StreamClosed(closed.clone()));
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|inner| {
+                BoxBody::new(WatchedBody {
+                    inner,
+                    closed,
+                    done: false,
+                })
+            }))
+        })
+    }
 }

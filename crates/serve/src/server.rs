@@ -319,11 +319,28 @@ impl DshServer {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let result = pending.result();
         tokio::pin!(result);
+        // Over HTTP: the client closing the stream its answer would come on cancels the call.
+        let closed = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<crate::http::StreamClosed>())
+            .map(|closed| closed.0.clone());
+        let stream_closed = async move {
+            match closed {
+                Some(closed) => closed.cancelled_owned().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(stream_closed);
         let mut cancelled = false;
         let mut reported = 0u64;
         let answer = loop {
             tokio::select! {
                 answer = &mut result => break answer,
+                () = &mut stream_closed, if !cancelled => {
+                    cancelled = true;
+                    let _ = canceller.cancel();
+                }
                 () = context.ct.cancelled(), if !cancelled => {
                     // The call ends ABORTED (or ABORTED_BEFORE_DISPATCH), recorded; the client
                     // no longer waits for the answer.
