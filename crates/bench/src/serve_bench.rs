@@ -4,6 +4,10 @@
 //! - `serve/roundtrip`: one no-op call after another; `p50_us`, `p99_us` per call.
 //! - `serve/parallel`: 10 concurrent safe calls that each sleep 100 ms, over one connection;
 //!   `wall_ms` (goal ≤ 150).
+//! - `serve/http_throughput`: `dsh serve --http`'s server (the guard layer with a bearer token,
+//!   rmcp's streamable HTTP service, one session per client on in-memory logs) on a loopback
+//!   port; 16 rmcp streamable HTTP clients, each its own MCP session, call a no-op tool one
+//!   call after another for 3 s; `calls_per_s`, all clients together.
 #![allow(clippy::expect_used, clippy::panic)]
 
 use crate::Bench;
@@ -30,6 +34,11 @@ pub const BENCHES: &[Bench] = &[
         name: "serve/parallel",
         in_all: true,
         run: parallel,
+    },
+    Bench {
+        name: "serve/http_throughput",
+        in_all: true,
+        run: http_throughput,
     },
 ];
 
@@ -145,5 +154,88 @@ fn parallel() {
         }
         emit("serve/parallel", "wall_ms", quantile(&mut walls, 0.5), "ms");
         let _ = client.cancel().await;
+    });
+}
+
+fn http_throughput() {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    const CLIENTS: usize = 16;
+    const TOKEN: &str = "bench-token";
+    runtime().block_on(async {
+        let registry = Arc::new(ToolRegistry::new());
+        registry.register(Sleep).expect("register");
+        let approver = Arc::new(ElicitingApprover::new());
+        let harness = HarnessBuilder::new(registry)
+            .approval(approver.clone())
+            .build()
+            .await
+            .expect("harness");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn({
+            let harness = harness.clone();
+            async move {
+                let make = move || {
+                    DshServer::per_client(
+                        harness.clone(),
+                        SchedulerConfig::default(),
+                        approver.clone(),
+                        ServeConfig::default(),
+                    )
+                };
+                let guard = dsh_serve::HttpGuard::new().with_tokens([TOKEN]);
+                let _ = dsh_serve::serve_http(listener, guard, make, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            }
+        });
+        let url = format!("http://{addr}/mcp");
+        let mut clients = Vec::new();
+        for _ in 0..CLIENTS {
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(TOKEN);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let client = ().serve(transport).await.expect("an HTTP client session");
+            // The first call opens the client's session.
+            let answer = client.call_tool(sleep_call(0)).await;
+            assert!(answer.is_ok_and(|r| r.is_error != Some(true)));
+            clients.push(client);
+        }
+        let warmup = Duration::from_millis(500);
+        let measured = Duration::from_secs(3);
+        let started = Instant::now();
+        let counts = futures::future::join_all(clients.iter().map(|client| async move {
+            let mut calls = 0u64;
+            loop {
+                let at = started.elapsed();
+                if at >= warmup + measured {
+                    return calls;
+                }
+                let answer = client.call_tool(sleep_call(0)).await;
+                assert!(answer.is_ok_and(|r| r.is_error != Some(true)));
+                if at >= warmup {
+                    calls += 1;
+                }
+            }
+        }))
+        .await;
+        let total: u64 = counts.iter().sum();
+        emit(
+            "serve/http_throughput",
+            "calls_per_s",
+            total as f64 / measured.as_secs_f64(),
+            "calls/s",
+        );
+        for client in clients {
+            let _ = client.cancel().await;
+        }
+        let _ = stop.send(());
+        let _ = server.await;
+        harness.shutdown().await;
     });
 }

@@ -115,6 +115,10 @@ pub enum Command {
     /// instead); a client that cannot be asked gets `DENIED`. Standard output carries only
     /// MCP messages; notes go to stderr. It stops when standard input ends, or on SIGTERM or
     /// SIGINT: the calls still running are recorded as aborted and the log is closed.
+    ///
+    /// With `--http ADDR` it serves MCP's streamable HTTP transport instead, to any number of
+    /// clients: each client session gets its own log in the `--log` folder (read-before-edit
+    /// and steps are per session), and it stops on SIGTERM or SIGINT only.
     #[command(after_help = EXIT_CODES)]
     Serve(ServeArgs),
     /// Run a bundled example transcript on a fresh copy of a small sample project.
@@ -211,6 +215,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub workspace: PathBuf,
     /// The session log (JSON Lines); created if missing, recovered and continued if present.
+    /// With `--http`, a folder (created if missing) holding one log per MCP client session,
+    /// `<session-id>.jsonl`.
     #[arg(
         long,
         value_name = "LOG",
@@ -220,6 +226,21 @@ pub struct ServeArgs {
     pub log: Option<PathBuf>,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Serve MCP's streamable HTTP transport on ADDR (`127.0.0.1:8080`; port 0 picks one; the
+    /// URL is said on stderr) instead of stdio. Any address but the loopback needs a bearer
+    /// token (`--token-file` or `DSH_SERVE_TOKEN`). Requests whose `Host` or `Origin` name
+    /// another server are refused (403), as are requests without a valid token (401). Stops on
+    /// SIGTERM or SIGINT (exit 0), never on stdin.
+    #[arg(long, value_name = "ADDR", conflicts_with = "store")]
+    pub http: Option<String>,
+    /// With `--http`: the bearer tokens clients must send (`Authorization: Bearer TOKEN`), one
+    /// per line; the environment variable `DSH_SERVE_TOKEN` adds one.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub token_file: Option<PathBuf>,
+    /// With `--http`: a host name clients reach the server by (accepted in `Host` and
+    /// `Origin`), besides `localhost`, loopback addresses and the address they connected to.
+    #[arg(long, value_name = "NAME", requires = "http")]
+    pub allow_host: Vec<String>,
     #[command(flatten)]
     pub options: PipelineOptions,
 }

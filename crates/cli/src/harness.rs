@@ -11,7 +11,7 @@ use dsh_core::around::{MetricsLayer, RetryLayer, TimeoutLayer};
 use dsh_core::{ApprovalResponder, Hooks, ToolRegistry};
 use dsh_guards::{KnownTools, PermissionRules, Rule, RuleClass};
 use dsh_mcp::{McpOptions, McpServers, McpToolSource};
-use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session};
+use dsh_scheduler::{Harness, HarnessBuilder, SchedulerConfig, Session, SessionStore};
 use dsh_session::SessionLog;
 use dsh_tool_fs::FsToolset;
 use dsh_tool_shell::{SandboxConfig, SandboxMode, ShellConfig, ShellLimits, ShellTool};
@@ -280,7 +280,7 @@ pub async fn start(
         hooks: command_hooks,
     } = assemble(
         workspace,
-        Some(target),
+        Logs::One(target),
         log_path,
         options,
         stdin_free,
@@ -315,9 +315,8 @@ pub async fn start(
         ));
     }
     let config = SchedulerConfig {
-        max_parallel_tool_calls: usize::try_from(options.max_parallel).unwrap_or(usize::MAX),
         first_step: recovery.next_step,
-        ..SchedulerConfig::default()
+        ..scheduler_config(options)
     };
     let Some(log) = parts.log.clone() else {
         parts.stop().await;
@@ -384,7 +383,7 @@ pub async fn start_judging(
     }
     let Assembled { harness, parts, .. } = assemble(
         workspace,
-        None,
+        Logs::Judged,
         transcript,
         &options,
         false,
@@ -399,6 +398,83 @@ pub async fn start_judging(
     })
 }
 
+/// A started pipeline whose sessions are opened by id, each on its own log in a folder
+/// (`dsh serve --http`: one per MCP client session).
+pub struct Serving {
+    /// The harness; its store is the log folder.
+    pub harness: Harness,
+    /// How each session's scheduler is configured (`--max-parallel`).
+    pub scheduler: SchedulerConfig,
+    /// The file tools (their fs-intent monitor is stopped last).
+    pub toolset: FsToolset,
+    /// The `--mcp` servers, stopped after the sessions.
+    pub mcp: Option<McpToolSource>,
+    /// The log folder.
+    pub folder: PathBuf,
+    /// The `--hooks` command hooks.
+    pub hooks: Option<CommandHooks>,
+}
+
+impl Serving {
+    /// Shuts every session down (calls in flight recorded `ABORTED`, logs closed), then the
+    /// harness and the tools.
+    pub async fn shutdown(self) {
+        self.harness.shutdown().await;
+        stop_tools(&self.toolset, self.mcp.as_ref()).await;
+    }
+}
+
+/// Builds the pipeline of `start` with the folder `folder` as its session store (created if
+/// missing): no session is opened here; `Harness::open_session(id)` opens `folder/<id>.jsonl`.
+pub async fn start_many(
+    workspace: &Path,
+    folder: &Path,
+    options: &PipelineOptions,
+    approval: Option<Arc<dyn ApprovalResponder>>,
+) -> Result<Serving, CliError> {
+    let Assembled {
+        harness,
+        parts,
+        hooks,
+        ..
+    } = assemble(
+        workspace,
+        Logs::Folder(folder),
+        folder,
+        options,
+        false,
+        approval,
+    )
+    .await?;
+    Ok(Serving {
+        harness,
+        scheduler: scheduler_config(options),
+        toolset: parts.toolset,
+        mcp: parts.mcp,
+        folder: folder.to_path_buf(),
+        hooks,
+    })
+}
+
+/// A session's scheduler as the options ask (`--max-parallel`).
+fn scheduler_config(options: &PipelineOptions) -> SchedulerConfig {
+    SchedulerConfig {
+        max_parallel_tool_calls: usize::try_from(options.max_parallel).unwrap_or(usize::MAX),
+        ..SchedulerConfig::default()
+    }
+}
+
+/// Where the sessions' logs go.
+#[derive(Clone, Copy)]
+enum Logs<'a> {
+    /// One session on one log, opened (recovered) by `assemble`.
+    One(&'a crate::store::LogTarget),
+    /// A folder of logs, one per session, opened by id later.
+    Folder(&'a Path),
+    /// No log at all: the calls are judged, not run (`dsh run --dry-run`).
+    Judged,
+}
+
 /// What [`assemble`] built: the harness, and what it stands on.
 struct Assembled {
     harness: Harness,
@@ -408,11 +484,12 @@ struct Assembled {
     hooks: Option<CommandHooks>,
 }
 
-/// The pipeline of [`start`], with the log opened (recovered) when `target` names one;
-/// `log_path` is what hooks get as `transcript_path`.
+/// The pipeline of [`start`], with the log opened (recovered) when `logs` names one, or the
+/// folder made and set as the harness's store when it names a folder; `log_path` is what
+/// hooks get as `transcript_path`.
 async fn assemble(
     workspace: &Path,
-    target: Option<&crate::store::LogTarget>,
+    logs: Logs<'_>,
     log_path: &Path,
     options: &PipelineOptions,
     stdin_free: bool,
@@ -427,7 +504,13 @@ async fn assemble(
     }
     let rules = all_rules(options, &settings, &root)?;
     let mut own = OwnFiles::default();
-    if let Some(file) = target.and_then(|t| t.file()) {
+    let log_file = match logs {
+        Logs::One(target) => target.file(),
+        // The folder and everything in it is dsh's own.
+        Logs::Folder(folder) => Some(folder),
+        Logs::Judged => None,
+    };
+    if let Some(file) = log_file {
         own.add(file);
     }
     for file in [&options.policy, &options.hooks, &options.mcp]
@@ -539,22 +622,38 @@ async fn assemble(
 
     // The log before the servers: its lock says whether this run may go on at all.
     let mut recovery = None;
-    if let Some(target) = target {
-        if let Some(file) = target.file()
-            && std::fs::symlink_metadata(file).is_err()
-        {
-            parts.created = Some(file.to_path_buf());
-        }
-        match target.open(options.durability.into()).await {
-            Ok((log, recovered)) => {
-                parts.log = Some(log);
-                recovery = Some(recovered);
+    match logs {
+        Logs::One(target) => {
+            if let Some(file) = target.file()
+                && std::fs::symlink_metadata(file).is_err()
+            {
+                parts.created = Some(file.to_path_buf());
             }
-            Err(e) => {
+            match target.open(options.durability.into()).await {
+                Ok((log, recovered)) => {
+                    parts.log = Some(log);
+                    recovery = Some(recovered);
+                }
+                Err(e) => {
+                    parts.stop().await;
+                    return Err(CliError::log(log_path, e));
+                }
+            }
+        }
+        Logs::Folder(folder) => {
+            let made = std::fs::create_dir_all(folder).and_then(|()| {
+                if std::fs::metadata(folder)?.is_dir() {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::other("not a directory"))
+                }
+            });
+            if let Err(e) = made {
                 parts.stop().await;
-                return Err(CliError::log(log_path, e));
+                return Err(CliError::io("make the log folder", folder, e));
             }
         }
+        Logs::Judged => {}
     }
     if let Some(servers) = servers {
         match start_mcp(servers, &registry, options.read_only).await {
@@ -591,6 +690,12 @@ async fn assemble(
         None => TimeoutLayer::default().with_default_ms(DEFAULT_TIMEOUT_MS),
     };
     let mut builder = HarnessBuilder::new(registry);
+    if let Logs::Folder(folder) = logs {
+        builder = builder.store(SessionStore::Directory {
+            root: folder.to_path_buf(),
+            durability: options.durability.into(),
+        });
+    }
     for file in &own.0 {
         builder = builder.protect(file);
     }

@@ -1,4 +1,6 @@
-//! `dsh serve`: the pipeline as an MCP server over stdio, started the way `dsh run` starts it.
+//! `dsh serve`: the pipeline as an MCP server over stdio, started the way `dsh run` starts it;
+//! with `--http`, over MCP's streamable HTTP transport, one session (and log) per client
+//! session on one harness.
 
 use crate::cli::{Approve, ServeArgs};
 use crate::error::CliError;
@@ -6,7 +8,8 @@ use crate::harness;
 use crate::output::note;
 use dsh_core::ApprovalResponder;
 use dsh_scheduler::CancelTarget;
-use dsh_serve::{DshServer, ElicitingApprover, ServeConfig};
+use dsh_serve::{DshServer, ElicitingApprover, HttpGuard, ServeConfig};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use tokio::runtime::Runtime;
@@ -17,6 +20,9 @@ const SIGTERM: i32 = 15;
 /// Serves until stdin ends (exit 0) or a signal comes (130 or 143); either way the calls in
 /// flight are recorded as aborted and the log is closed.
 pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
+    if let Some(addr) = &args.http {
+        return serve_http(rt, args, addr);
+    }
     let approver = Arc::new(ElicitingApprover::new());
     // `--approve prompt` (the default): the client is who is asked.
     let responder: Option<Arc<dyn ApprovalResponder>> = match args.options.approve {
@@ -91,5 +97,153 @@ pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
         } else {
             u8::try_from(128 + signal).unwrap_or(u8::MAX)
         })
+    })
+}
+
+/// The bearer tokens of `--token-file` (one a line, blank lines skipped) and `DSH_SERVE_TOKEN`.
+fn tokens(file: Option<&Path>) -> Result<Vec<String>, CliError> {
+    let mut tokens = Vec::new();
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| CliError::io("read the token file", file, e))?;
+        tokens.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_string),
+        );
+        if tokens.is_empty() {
+            return Err(CliError::Usage(format!(
+                "--token-file {} holds no token",
+                file.display()
+            )));
+        }
+    }
+    if let Some(token) = std::env::var_os("DSH_SERVE_TOKEN") {
+        let token = token.to_string_lossy().trim().to_string();
+        if !token.is_empty() {
+            tokens.push(token);
+        }
+    }
+    Ok(tokens)
+}
+
+/// `dsh serve --http ADDR`: serves until SIGTERM or SIGINT, then cancels the calls in flight
+/// (recorded as aborted) and closes every session's log. Exit 0.
+fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError> {
+    let Some(folder) = args.log.as_ref() else {
+        return Err(CliError::Usage(
+            "--http needs --log DIR: the folder of the client sessions' logs".into(),
+        ));
+    };
+    if folder.is_file() {
+        return Err(CliError::Usage(format!(
+            "--http: --log {} is a file; name a folder (one log per client session)",
+            folder.display()
+        )));
+    }
+    let tokens = tokens(args.token_file.as_deref())?;
+    let approver = Arc::new(ElicitingApprover::new());
+    let responder: Option<Arc<dyn ApprovalResponder>> = match args.options.approve {
+        Approve::Prompt => Some(approver.clone()),
+        Approve::Allow | Approve::Deny => None,
+    };
+    rt.block_on(async {
+        let resolved: Vec<std::net::SocketAddr> = tokio::net::lookup_host(addr)
+            .await
+            .map_err(|e| CliError::Usage(format!("--http {addr}: {e}")))?
+            .collect();
+        let Some(bind) = resolved.first().copied() else {
+            return Err(CliError::Usage(format!("--http {addr}: names no address")));
+        };
+        let loopback = resolved.iter().all(|a| a.ip().is_loopback());
+        if tokens.is_empty() {
+            if !loopback {
+                return Err(CliError::Usage(format!(
+                    "--http {addr} is not a loopback address: anyone who can reach it could run \
+                     tools, so a bearer token is required (--token-file FILE, or DSH_SERVE_TOKEN)"
+                )));
+            }
+            note(
+                "warning: no bearer token (--token-file or DSH_SERVE_TOKEN): any local program \
+                 can call the tools",
+            );
+        }
+        use tokio::signal::unix::{SignalKind, signal};
+        let (mut int, mut term) = (|| {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })()
+        .map_err(|e| CliError::Start(format!("cannot watch for SIGINT and SIGTERM: {e}")))?;
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .map_err(|e| CliError::Start(format!("--http {addr}: cannot listen: {e}")))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| CliError::Start(format!("--http {addr}: {e}")))?;
+        let serving =
+            match harness::start_many(&args.workspace, folder, &args.options, responder).await {
+                Ok(serving) => serving,
+                Err(e) => return Err(e),
+            };
+        let mut guard = HttpGuard::new().with_tokens(&tokens);
+        for host in &args.allow_host {
+            guard = guard.allow_host(host);
+        }
+        let harness = serving.harness.clone();
+        let scheduler = serving.scheduler.clone();
+        let make = move || {
+            DshServer::per_client(
+                harness.clone(),
+                scheduler.clone(),
+                approver.clone(),
+                ServeConfig::default(),
+            )
+        };
+        note(format!(
+            "serving MCP on http://{local}/mcp; logs: {}/<session-id>.jsonl",
+            serving.folder.display()
+        ));
+        let received = Arc::new(AtomicI32::new(0));
+        let flag = received.clone();
+        let stopping = serving.harness.clone();
+        let shutdown = async move {
+            let first = tokio::select! {
+                _ = int.recv() => SIGINT,
+                _ = term.recv() => SIGTERM,
+            };
+            flag.store(first, Ordering::SeqCst);
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                note("stopping now; `dsh recover` repairs the logs if they need it");
+                std::process::exit(128 + first);
+            });
+            // Every session first: the calls in flight are cancelled and recorded ABORTED
+            // (their clients get that answer), every log is closed; then the connections.
+            stopping.shutdown().await;
+        };
+        let served = dsh_serve::serve_http(listener, guard, make, shutdown).await;
+        if let Some(hooks) = &serving.hooks {
+            hooks.kill_all();
+        }
+        let folder = serving.folder.clone();
+        serving.shutdown().await;
+        if let Err(e) = served {
+            note(format!("error: {e}"));
+        }
+        let why = match received.load(Ordering::SeqCst) {
+            SIGINT => "SIGINT",
+            _ => "SIGTERM",
+        };
+        note(format!(
+            "stopped ({why}): calls in flight were recorded as aborted; the logs in {} are closed",
+            folder.display()
+        ));
+        Ok(0)
     })
 }

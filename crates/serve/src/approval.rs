@@ -5,16 +5,18 @@ use dsh_core::{ApprovalAnswer, ApprovalRequest, ApprovalResponder, HookError};
 use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
 use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-/// The approval responder of a served session: asks the client that is connected, by
+/// The approval responder of served sessions: asks the client connected for the agent whose
+/// call asked (over stdio one client, `main`; over HTTP one agent per client session), by
 /// elicitation, when it declared that capability (accept: approved once; decline, cancel or
-/// a failed request: rejected), and rejects when it did not or no client is connected. Never
-/// approves by default. The pipeline's approval timeout bounds the wait.
+/// a failed request: rejected), and rejects when it did not or no client is connected for that
+/// agent. Never approves by default, and never asks another client. The pipeline's approval
+/// timeout bounds the wait.
 #[derive(Debug, Default)]
 pub struct ElicitingApprover {
-    peer: Mutex<Option<Peer<RoleServer>>>,
+    peers: Mutex<HashMap<String, Peer<RoleServer>>>,
 }
 
 impl ElicitingApprover {
@@ -23,18 +25,28 @@ impl ElicitingApprover {
         ElicitingApprover::default()
     }
 
-    /// The client to ask from now on.
-    pub fn connect(&self, peer: Peer<RoleServer>) {
-        *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+    /// The client to ask, from now on, about the calls of `agent`.
+    pub fn connect(&self, agent: &str, peer: Peer<RoleServer>) {
+        self.peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(agent.to_string(), peer);
     }
 
-    /// No client to ask any more.
-    pub fn disconnect(&self) {
-        *self.peer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    /// No client to ask about the calls of `agent` any more.
+    pub fn disconnect(&self, agent: &str) {
+        self.peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(agent);
     }
 
-    fn peer(&self) -> Option<Peer<RoleServer>> {
-        self.peer.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    fn peer(&self, agent: &str) -> Option<Peer<RoleServer>> {
+        self.peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+            .cloned()
     }
 }
 
@@ -45,7 +57,7 @@ fn reject(why: impl Into<String>) -> Result<ApprovalAnswer, HookError> {
 #[async_trait]
 impl ApprovalResponder for ElicitingApprover {
     async fn respond(&self, request: &ApprovalRequest) -> Result<ApprovalAnswer, HookError> {
-        let Some(peer) = self.peer() else {
+        let Some(peer) = self.peer(&request.agent) else {
             return reject("no MCP client is connected to approve it");
         };
         if !peer

@@ -20,6 +20,12 @@
 //! - A policy `ask` becomes an elicitation to the client when it declared the capability
 //!   (accept: allowed once; decline or cancel: `DENIED`), and `DENIED` when it did not
 //!   ([`ElicitingApprover`], the harness's approval responder).
+//!
+//! Over stdio one client is served on one session ([`serve_stdio`]). Over MCP's streamable
+//! HTTP transport ([`serve_http`]) every client session (its `Mcp-Session-Id`) gets its own
+//! [`DshServer::per_client`], which opens a session of one shared harness on its first call
+//! (one log per client session); every request passes the [`HttpGuard`] (Host, Origin, bearer
+//! token) before anything of it is read.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -27,10 +33,14 @@
 
 mod approval;
 mod error;
+mod http;
+pub mod http_guard;
 mod server;
 mod tools;
 
 pub use approval::ElicitingApprover;
 pub use error::ServeError;
-pub use server::{DshServer, ServeConfig, serve_stdio};
+pub use http::serve_http;
+pub use http_guard::HttpGuard;
+pub use server::{DshServer, ServeConfig, serve_stdio, session_file_id};
 pub use tools::{mcp_result, mcp_tools};

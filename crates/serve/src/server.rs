@@ -5,17 +5,19 @@ use crate::error::ServeError;
 use crate::tools::{mcp_result, mcp_tools};
 use dsh_core::{ToolCall, ToolRegistry};
 use dsh_scheduler::{
-    CallCanceller, DeferredContext, OpenStep, PendingCall, SchedulerError, Session,
+    CallCanceller, DeferredContext, Harness, OpenStep, PendingCall, SchedulerConfig,
+    SchedulerError, Session,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::IntoTransport;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,8 +50,22 @@ struct Step {
     in_flight: usize,
 }
 
+/// Where a server's calls go.
+enum Source {
+    /// One session for every call (stdio: one client).
+    Fixed { session: Session, agent: String },
+    /// The session of this MCP client session (`Mcp-Session-Id`), opened from the harness's
+    /// store on the client's first call: one log per client session, and the client's calls
+    /// recorded as its own agent, so read-before-edit is per client session.
+    PerClient {
+        harness: Harness,
+        scheduler: SchedulerConfig,
+        opened: tokio::sync::OnceCell<(Session, String)>,
+    },
+}
+
 struct Inner {
-    session: Session,
+    source: Source,
     tools: Vec<Tool>,
     structured: HashSet<String>,
     approver: Arc<ElicitingApprover>,
@@ -68,10 +84,66 @@ pub struct DshServer {
 impl std::fmt::Debug for DshServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DshServer")
-            .field("session", &self.inner.session)
+            .field("session", &self.session())
             .field("tools", &self.inner.tools.len())
             .finish()
     }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The client session is over: no `ask` of its agent can reach it any more. (Its
+        // session shuts itself down as its last handle goes.)
+        if let Some(agent) = self.agent() {
+            self.approver.disconnect(agent);
+        }
+    }
+}
+
+impl Inner {
+    /// The session and agent calls go to, once there is one.
+    fn opened(&self) -> Option<(&Session, &str)> {
+        match &self.source {
+            Source::Fixed { session, agent } => Some((session, agent)),
+            Source::PerClient { opened, .. } => opened.get().map(|(s, a)| (s, a.as_str())),
+        }
+    }
+
+    fn agent(&self) -> Option<&str> {
+        self.opened().map(|(_, agent)| agent)
+    }
+}
+
+/// The file name (without `.jsonl`) of a client session's log, from its `Mcp-Session-Id`
+/// (visible ASCII, up to the header's length): letters, digits, `-` and `_` kept, anything
+/// else `_`, at most 100 characters, never empty and never starting with a dot.
+pub fn session_file_id(mcp_session_id: &str) -> String {
+    let mut id: String = mcp_session_id
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if id.is_empty() {
+        id.push_str("session");
+    }
+    id
+}
+
+/// The `Mcp-Session-Id` of the HTTP request a call came in (rmcp puts the request's parts in
+/// the context's extensions).
+fn mcp_session_id(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// One call in flight: when the last one of a step ends (or its request is dropped), the step
@@ -107,6 +179,38 @@ impl DshServer {
         approver: Arc<ElicitingApprover>,
         config: ServeConfig,
     ) -> Self {
+        let agent = config.agent.clone();
+        Self::with_source(Source::Fixed { session, agent }, registry, approver, config)
+    }
+
+    /// Serves one MCP client session of the streamable HTTP transport: on its first
+    /// `tools/call` it opens the session named by its `Mcp-Session-Id` ([`session_file_id`])
+    /// from `harness`'s store (with a directory store, `<id>.jsonl`), and records its calls as
+    /// that agent. Many such servers share one harness. The harness should have `approver` as
+    /// its approval responder: an `ask` reaches the client whose call asked. Offers only the
+    /// protocol versions with the `initialize` handshake (up to 2025-11-25), whose
+    /// `Mcp-Session-Id` names the client's session.
+    pub fn per_client(
+        harness: Harness,
+        scheduler: SchedulerConfig,
+        approver: Arc<ElicitingApprover>,
+        config: ServeConfig,
+    ) -> Self {
+        let registry = harness.pipeline().registry().clone();
+        let source = Source::PerClient {
+            harness,
+            scheduler,
+            opened: tokio::sync::OnceCell::new(),
+        };
+        Self::with_source(source, &registry, approver, config)
+    }
+
+    fn with_source(
+        source: Source,
+        registry: &ToolRegistry,
+        approver: Arc<ElicitingApprover>,
+        config: ServeConfig,
+    ) -> Self {
         let tools = mcp_tools(registry);
         let structured = tools
             .iter()
@@ -115,7 +219,7 @@ impl DshServer {
             .collect();
         DshServer {
             inner: Arc::new(Inner {
-                session,
+                source,
                 tools,
                 structured,
                 approver,
@@ -126,20 +230,52 @@ impl DshServer {
         }
     }
 
-    /// The session the calls go to.
-    pub fn session(&self) -> &Session {
-        &self.inner.session
+    /// The session the calls go to (for a per-client server, once its first call opened it).
+    pub fn session(&self) -> Option<&Session> {
+        self.inner.opened().map(|(session, _)| session)
+    }
+
+    /// The session and agent of this client, opened on its first call for a per-client
+    /// server.
+    async fn open(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(Session, String), SchedulerError> {
+        match &self.inner.source {
+            Source::Fixed { session, agent } => Ok((session.clone(), agent.clone())),
+            Source::PerClient {
+                harness,
+                scheduler,
+                opened,
+            } => {
+                let (session, agent) = opened
+                    .get_or_try_init(|| async {
+                        let Some(header) = mcp_session_id(context) else {
+                            return Err(SchedulerError::Unavailable(
+                                "the request names no MCP session (Mcp-Session-Id)".into(),
+                            ));
+                        };
+                        let id = session_file_id(&header);
+                        let opened = harness.open_session(&id, scheduler.clone(), None).await?;
+                        tracing::info!(session = %id, "opened the session of an MCP client");
+                        Ok((opened.session, id))
+                    })
+                    .await?;
+                Ok((session.clone(), agent.clone()))
+            }
+        }
     }
 
     /// Pushes a call into the client's open step (opening one if none is), counted in flight.
-    fn push(&self, call: ToolCall) -> Result<(PendingCall, InFlight<'_>), SchedulerError> {
+    fn push(
+        &self,
+        session: &Session,
+        agent: &str,
+        call: ToolCall,
+    ) -> Result<(PendingCall, InFlight<'_>), SchedulerError> {
         let mut step = self.inner.step.lock().unwrap_or_else(|e| e.into_inner());
         if step.open.is_none() {
-            step.open = Some(
-                self.inner
-                    .session
-                    .open_step_with(self.inner.config.agent.clone(), DeferredContext::InResults)?,
-            );
+            step.open = Some(session.open_step_with(agent, DeferredContext::InResults)?);
         }
         let Some(open) = step.open.as_ref() else {
             return Err(SchedulerError::Unavailable("no open step".into()));
@@ -160,12 +296,16 @@ impl DshServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        self.inner.approver.connect(context.peer.clone());
+        let (session, agent) = match self.open(&context).await {
+            Ok(opened) => opened,
+            Err(e) => return failure(&e),
+        };
+        self.inner.approver.connect(&agent, context.peer.clone());
         let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolCall::new(format!("mcp_{n}"), name.clone(), arguments);
-        let (pending, in_flight) = match self.push(call) {
+        let (pending, in_flight) = match self.push(&session, &agent, call) {
             Ok(pushed) => pushed,
             Err(e) => return failure(&e),
         };
@@ -179,11 +319,28 @@ impl DshServer {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let result = pending.result();
         tokio::pin!(result);
+        // Over HTTP: the client closing the stream its answer would come on cancels the call.
+        let closed = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<crate::http::StreamClosed>())
+            .map(|closed| closed.0.clone());
+        let stream_closed = async move {
+            match closed {
+                Some(closed) => closed.cancelled_owned().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(stream_closed);
         let mut cancelled = false;
         let mut reported = 0u64;
         let answer = loop {
             tokio::select! {
                 answer = &mut result => break answer,
+                () = &mut stream_closed, if !cancelled => {
+                    cancelled = true;
+                    let _ = canceller.cancel();
+                }
                 () = context.ct.cancelled(), if !cancelled => {
                     // The call ends ABORTED (or ABORTED_BEFORE_DISPATCH), recorded; the client
                     // no longer waits for the answer.
@@ -220,6 +377,7 @@ impl DshServer {
         E: std::error::Error + Send + Sync + 'static,
     {
         let approver = self.inner.approver.clone();
+        let agent = self.inner.agent().map(str::to_string);
         let service = ServiceExt::serve(self, transport)
             .await
             .map_err(|e| ServeError::Connect(e.to_string()))?;
@@ -233,7 +391,9 @@ impl DshServer {
                 waiting.await
             }
         };
-        approver.disconnect();
+        if let Some(agent) = agent {
+            approver.disconnect(&agent);
+        }
         ended
             .map(|_| ())
             .map_err(|e| ServeError::Connection(e.to_string()))
@@ -267,6 +427,16 @@ impl ServerHandler for DshServer {
                 "dsh runs each tool call through its policy, hooks, guards and sandbox, and \
                  records it in a session log.",
             )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        match self.inner.source {
+            Source::Fixed { .. } => Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS),
+            // The stateless 2026-07-28 era names no session: not served over HTTP yet.
+            Source::PerClient { .. } => {
+                Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+            }
+        }
     }
 
     async fn list_tools(
