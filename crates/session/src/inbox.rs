@@ -69,6 +69,11 @@ impl Inbox {
         }
     }
 
+    /// How many appends are queued.
+    pub fn len(&self) -> usize {
+        self.lock().items.len()
+    }
+
     /// Moves everything queued into `into` (which must be empty), keeping both allocations.
     pub fn take(&self, into: &mut Vec<Queued>) {
         let mut state = self.lock();

@@ -28,6 +28,13 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The most a `batch` group waits for appenders still waking, as a share of the last sync's
+/// time: at most this much latency is traded for fewer syncs.
+const GATHER_SHARE: u32 = 8;
+/// A bound on the yields of one gather, whatever the clock says.
+const GATHER_MAX_YIELDS: u32 = 256;
 
 /// The writer's messages.
 pub enum WriterMsg {
@@ -166,6 +173,10 @@ pub(crate) struct WriterState {
     unflushed_failure: Option<SessionError>,
     poisoned: Option<String>,
     counters: Arc<Counters>,
+    /// How many appends the last group committed, and how long its sync took: the next
+    /// `batch` group waits (briefly) for as many.
+    last_group: usize,
+    last_sync: Duration,
     _live: LiveActor,
 }
 
@@ -279,11 +290,14 @@ impl WriterState {
             return;
         }
         let sync = self.durability != Durability::None;
+        let started = Instant::now();
         let result = self.commit(events, sync).await;
         match &result {
             Ok(()) => {
                 self.next_seq = first + n as u64;
                 self.counters.committed(n, sync);
+                self.last_group = n;
+                self.last_sync = started.elapsed();
             }
             // Nothing of the group is in the log: its seqs go to the next appends.
             Err(e) => {
@@ -302,10 +316,7 @@ impl WriterState {
     /// Takes everything queued and commits it.
     async fn drain(&mut self) {
         if self.durability == Durability::Batch {
-            // The appenders the last sync answered are waking now; the first of them rang.
-            // Letting the others queue first makes one full group instead of a lone append
-            // followed by everyone else: an adaptive commit delay, without a timer.
-            tokio::task::yield_now().await;
+            gather(&self.inbox, self.last_group, self.last_sync).await;
         }
         let mut items = std::mem::take(&mut self.spare);
         self.inbox.take(&mut items);
@@ -324,6 +335,23 @@ impl WriterState {
             (Some(err), _) | (None, Some(err)) => Err(err),
             (None, None) => Ok(()),
         }
+    }
+}
+
+/// The appenders the last sync answered are waking now; the first of them rang. Letting
+/// the others queue first makes one full group instead of a lone append followed by
+/// everyone else: an adaptive commit delay without a timer. It yields until as many appends
+/// are queued as the last group held, or an eighth of the last sync's time has passed, so a
+/// lone appender never waits and a crowd costs one sync instead of two.
+async fn gather(inbox: &Inbox, last_group: usize, last_sync: Duration) {
+    tokio::task::yield_now().await;
+    let budget = last_sync / GATHER_SHARE;
+    let started = Instant::now();
+    for _ in 0..GATHER_MAX_YIELDS {
+        if inbox.len() >= last_group || started.elapsed() >= budget {
+            return;
+        }
+        tokio::task::yield_now().await;
     }
 }
 
@@ -346,6 +374,8 @@ impl Actor for SessionWriter {
             unflushed_failure: None,
             poisoned: None,
             counters: args.counters,
+            last_group: 0,
+            last_sync: Duration::ZERO,
             _live: LiveActor::new(),
         })
     }
