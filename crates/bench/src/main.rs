@@ -42,6 +42,8 @@ fn main() {
     dsh_code_mode::worker_main_if_requested();
     // `session/postgres_failover` kills a writer of its own: this program started again.
     pg_bench::old_owner_if_requested();
+    // `serve/gateway_ratio`'s upstream MCP server is this program started again.
+    serve_bench::mcp_test_server_if_requested();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let all = benches();
     if args.is_empty() || args.iter().any(|a| a == "--list" || a == "-l") {

@@ -8,6 +8,12 @@
 //!   rmcp's streamable HTTP service, one session per client on in-memory logs) on a loopback
 //!   port; 16 rmcp streamable HTTP clients, each its own MCP session, call a no-op tool one
 //!   call after another for 3 s; `calls_per_s`, all clients together.
+//! - `serve/gateway_ratio`: one upstream MCP server (dsh's test server, this program started
+//!   again over stdio) and one rmcp client; its no-op tool `pid` called directly over the
+//!   server's stdio, then as `mcp__up__pid` through `dsh serve`'s server (the call passes the
+//!   whole pipeline and an in-memory log, then dsh's MCP client to the same kind of upstream).
+//!   `ratio` = p50 through dsh / p50 direct (goal ≤ 1.5), with `direct_p50_us` and
+//!   `gateway_p50_us`.
 #![allow(clippy::expect_used, clippy::panic)]
 
 use crate::Bench;
@@ -40,7 +46,23 @@ pub const BENCHES: &[Bench] = &[
         in_all: true,
         run: http_throughput,
     },
+    Bench {
+        name: "serve/gateway_ratio",
+        in_all: true,
+        run: gateway_ratio,
+    },
 ];
+
+/// The argument that makes this program dsh's MCP test server (`serve/gateway_ratio`'s
+/// upstream).
+const TEST_SERVER_ARG: &str = "--dsh-bench-mcp-test-server";
+
+/// Serves the MCP test server on stdio and exits, when this program was started as one.
+pub fn mcp_test_server_if_requested() {
+    if std::env::args().nth(1).as_deref() == Some(TEST_SERVER_ARG) {
+        std::process::exit(dsh_mcp::test_server::main_exit_code());
+    }
+}
 
 /// Sleeps `ms` (0: returns at once); parallel-safe.
 struct Sleep;
@@ -237,5 +259,88 @@ fn http_throughput() {
         let _ = stop.send(());
         let _ = server.await;
         harness.shutdown().await;
+    });
+}
+
+/// `samples` calls of `tool` (no arguments) after a warm-up; the p50 in microseconds.
+async fn call_p50(client: &RunningService<RoleClient, ()>, tool: &str, samples: usize) -> f64 {
+    let call = || CallToolRequestParams::new(tool.to_string());
+    for _ in 0..100 {
+        let _ = client.call_tool(call()).await;
+    }
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        let answer = client.call_tool(call()).await;
+        times.push(started.elapsed().as_secs_f64() * 1e6);
+        assert!(
+            answer.as_ref().is_ok_and(|r| r.is_error != Some(true)),
+            "{tool} failed: {answer:?}"
+        );
+    }
+    quantile(&mut times, 0.5)
+}
+
+fn gateway_ratio() {
+    const SAMPLES: usize = 2000;
+    let exe = std::env::current_exe().expect("this program's path");
+    runtime().block_on(async {
+        // Directly: the rmcp client on the upstream's stdio.
+        let mut child = tokio::process::Command::new(&exe)
+            .arg(TEST_SERVER_ARG)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the upstream test server");
+        let stdout = child.stdout.take().expect("its stdout");
+        let stdin = child.stdin.take().expect("its stdin");
+        let direct = ().serve((stdout, stdin)).await.expect("a direct client");
+        let direct_p50 = call_p50(&direct, "pid", SAMPLES).await;
+        let _ = direct.cancel().await;
+        let _ = child.kill().await;
+
+        // Through dsh: the same client on `dsh serve`'s server, which proxies the upstream.
+        let config = json!({"mcpServers": {"up": {
+            "command": exe.to_string_lossy(),
+            "args": [TEST_SERVER_ARG],
+        }}});
+        let servers =
+            dsh_mcp::McpServers::from_json(&config.to_string()).expect("the upstream's config");
+        let upstream = dsh_mcp::McpToolSource::start(servers)
+            .await
+            .expect("the upstream through dsh");
+        let registry = Arc::new(ToolRegistry::new());
+        upstream.register(&registry).expect("register its tools");
+        let approver = Arc::new(ElicitingApprover::new());
+        let harness = HarnessBuilder::new(registry.clone())
+            .approval(approver.clone())
+            .build()
+            .await
+            .expect("harness");
+        let log = SessionLog::memory().await.expect("log");
+        let session = harness
+            .open(log, SchedulerConfig::default(), None)
+            .await
+            .expect("session");
+        let server = DshServer::new(session, &registry, approver, ServeConfig::default());
+        let (server_end, client_end) = tokio::io::duplex(1 << 16);
+        let served = tokio::spawn(async move {
+            let _ = server
+                .serve(tokio::io::split(server_end), std::future::pending())
+                .await;
+        });
+        let gateway = ().serve(tokio::io::split(client_end)).await.expect("a client of dsh");
+        let gateway_p50 = call_p50(&gateway, &dsh_mcp::tool_name("up", "pid"), SAMPLES).await;
+        let _ = gateway.cancel().await;
+        served.abort();
+        harness.shutdown().await;
+        upstream.shutdown().await;
+
+        let b = "serve/gateway_ratio";
+        emit(b, "direct_p50_us", direct_p50, "us");
+        emit(b, "gateway_p50_us", gateway_p50, "us");
+        emit(b, "ratio", gateway_p50 / direct_p50, "x");
     });
 }
