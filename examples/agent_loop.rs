@@ -49,8 +49,9 @@
 //!
 //! **Failures.** An HTTP error status, a response that is not an event stream, or a stream
 //! that breaks off (dropped connection, or no data for `--idle-timeout-secs`) ends the program
-//! with a message and a non-zero status; the step that was open is cancelled and finished
-//! first, so every call pushed into it has its result in the log, and a rerun resumes. A call
+//! with a message and a non-zero status. The calls whose blocks were complete have run and
+//! the step is finished first, so each has its result in the log (a block the break cut
+//! short never runs), and a rerun resumes from there. A call
 //! of an unknown tool, or with arguments that are not JSON, is not a failure: the pipeline
 //! answers it with a structured error result, which the model sees, and the loop goes on.
 //!
@@ -561,9 +562,9 @@ async fn model_turn(
         }
         said.malformed += lines.overlong;
         if broken.is_some() {
-            // A block the break cut short was never complete: it is not run, and the calls
-            // already running are stopped (each still gets its result in the log).
-            let _ = step.cancel();
+            // A block the break cut short was never complete: it is not run (the feeder is
+            // dropped unfinished). The calls already pushed were whole, so they run to their
+            // end like any other, and a rerun resumes after them.
             feeder.pushed().len()
         } else {
             feeder.finish().len()
