@@ -7,9 +7,12 @@
 //! does not, so build it first then (`cargo build -p dsh --example agent_loop`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+use dsh::core::EventBody;
+use dsh::core::event::ToolCallData;
 use dsh::formats::{Format, render_transcript};
 use dsh::session::check::{Violation, check_file};
 use dsh::session::replay::replay_file;
+use dsh::session::{Durability, SessionLog};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -38,12 +41,14 @@ fn recorded_turns() -> Vec<Vec<Value>> {
         .collect()
 }
 
-/// One response of the server: its chunks, and where it stops sending (holding the
-/// connection open, as a stalled model does) if it does.
+/// One response of the server: its chunks (a JSON string is sent as raw event text), and
+/// where it stops sending, holding the connection open (a stalled model) or closing it (a
+/// dropped connection), if it does.
 #[derive(Clone)]
 struct Reply {
     chunks: Vec<Value>,
     stall_after: Option<usize>,
+    cut_after: Option<usize>,
 }
 
 impl Reply {
@@ -51,6 +56,7 @@ impl Reply {
         Reply {
             chunks,
             stall_after: None,
+            cut_after: None,
         }
     }
 }
@@ -156,7 +162,14 @@ async fn serve(
             while matches!(stream.read(&mut sink).await, Ok(k) if k > 0) {}
             return;
         }
-        let event = format!("data: {chunk}\n\n");
+        if reply.cut_after == Some(i) {
+            let _ = stream.shutdown().await;
+            return;
+        }
+        let event = match chunk {
+            Value::String(raw) => raw.clone(),
+            event => format!("data: {event}\n\n"),
+        };
         if stream.write_all(event.as_bytes()).await.is_err() {
             return;
         }
@@ -268,11 +281,15 @@ fn start_example(setup: &Setup, server: &ModelServer, prompt: Option<&str>) -> C
     cmd.spawn().unwrap()
 }
 
-async fn finished(child: Child) -> Output {
-    let out = tokio::time::timeout(WAIT, child.wait_with_output())
+async fn exited(child: Child) -> Output {
+    tokio::time::timeout(WAIT, child.wait_with_output())
         .await
         .expect("the example finishes")
-        .unwrap();
+        .unwrap()
+}
+
+async fn finished(child: Child) -> Output {
+    let out = exited(child).await;
     assert!(
         out.status.success(),
         "the example failed ({}):\nstdout: {}\nstderr: {}",
@@ -404,6 +421,7 @@ async fn killed_mid_stream_it_resumes_from_the_log() {
         Reply {
             chunks: turns[1].clone(),
             stall_after: Some(stall),
+            cut_after: None,
         },
     ])
     .await;
@@ -508,4 +526,158 @@ async fn killed_mid_stream_it_resumes_from_the_log() {
         render_transcript(Format::OpenAi, &transcript),
         messages(&after[1])[2..]
     );
+}
+
+/// The index of the first chunk of `turn` that starts call block `index`.
+fn block_start(turn: &[Value], index: u64) -> usize {
+    turn.iter()
+        .position(|c| c["choices"][0]["delta"]["tool_calls"][0]["index"] == index)
+        .unwrap()
+}
+
+fn prompt_file(log: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.prompt", log.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_fails_the_run_and_a_rerun_resumes() {
+    let setup = setup();
+    let turns = recorded_turns();
+    // Turn 2's connection closes right after the second block starts: the edit was whole,
+    // the write was not.
+    let cut = block_start(&turns[1], 1) + 1;
+    let first = ModelServer::start(vec![
+        Reply::whole(turns[0].clone()),
+        Reply {
+            chunks: turns[1].clone(),
+            stall_after: None,
+            cut_after: Some(cut),
+        },
+    ])
+    .await;
+    let out = exited(start_example(&setup, &first, Some(PROMPT))).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        (stderr.contains("the response ended before its last event")
+            || stderr.contains("the response broke off"))
+            && stderr.contains("run the same command again"),
+        "a clear message: {stderr}"
+    );
+    // The log is valid as it stands: the whole block ran and has its result, the cut one
+    // never ran and is not in the log.
+    check_file(&setup.log).unwrap_or_else(|v| panic!("{v}\n{}", log_text(&setup.log)));
+    let transcript = replay_file(&setup.log).unwrap();
+    let last = transcript.steps.last().unwrap();
+    assert_eq!(last.step, 2);
+    assert_eq!(last.calls.len(), 1);
+    assert_eq!(last.calls[0].call_id, "call_e1");
+    assert!(last.results[0].error.is_none(), "{:?}", last.results[0]);
+    assert_eq!(
+        std::fs::read_to_string(setup.workspace.join("notes.txt")).unwrap(),
+        "the quick red fox\n"
+    );
+    assert!(!setup.workspace.join("secrets/token.txt").exists());
+
+    // Run again: the model is sent the conversation up to the edit's result, and answers.
+    let second = ModelServer::start(vec![Reply::whole(turns[2].clone())]).await;
+    finished(start_example(&setup, &second, None)).await;
+    let rebuilt = messages(&second.requests()[0]);
+    assert_eq!(last_call_ids(&rebuilt), ["call_e1"]);
+    assert_eq!(render_transcript(Format::OpenAi, &transcript), rebuilt[2..]);
+    check_file(&setup.log).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_left_in_flight_is_closed_aborted_and_the_model_is_told() {
+    let setup = setup();
+    // What a kill leaves when it strikes while a call runs: the call is in the log, its
+    // result is not (and the prompt is beside the log, as the first run left it).
+    let (log, _) = SessionLog::open_file(&setup.log, Durability::Always, None)
+        .await
+        .unwrap();
+    let call = ToolCallData {
+        call_id: "call_e9".into(),
+        name: "edit_file".into(),
+        arguments: json!({"path": "notes.txt", "old_string": "fox", "new_string": "cat"}),
+        arguments_text: None,
+        agent: "main".into(),
+        parent: None,
+    };
+    log.append(1, EventBody::ToolCall(call)).await.unwrap();
+    log.close().await.unwrap();
+    std::fs::write(prompt_file(&setup.log), PROMPT).unwrap();
+    assert!(matches!(
+        check_file(&setup.log),
+        Err(Violation::NeedsRecovery { open_calls, .. }) if open_calls == ["call_e9"]
+    ));
+
+    let turns = recorded_turns();
+    let server = ModelServer::start(vec![Reply::whole(turns[2].clone())]).await;
+    let out = finished(start_example(&setup, &server, None)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ABORTED") && stderr.contains("call_e9"),
+        "{stderr}"
+    );
+    let sent = messages(&server.requests()[0]);
+    assert_eq!(sent[1], json!({"role": "user", "content": PROMPT}));
+    assert_eq!(last_call_ids(&sent), ["call_e9"]);
+    assert!(tool_message(&sent, "call_e9").starts_with("ABORTED"));
+    check_file(&setup.log).unwrap_or_else(|v| panic!("{v}\n{}", log_text(&setup.log)));
+    let transcript = replay_file(&setup.log).unwrap();
+    assert_eq!(
+        transcript.steps[0].results[0]
+            .error
+            .as_ref()
+            .unwrap()
+            .code
+            .as_str(),
+        "ABORTED"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_tools_bad_arguments_and_unreadable_events_do_not_stop_the_loop() {
+    let setup = setup();
+    let delta = |index: u64, id: &str, name: &str, args: &str| {
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": args}}]},
+            "finish_reason": null}]})
+    };
+    let turn = vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null}, "finish_reason": null}]}),
+        delta(0, "call_u1", "delete_everything", "{}"),
+        delta(1, "call_b1", "read_file", r#"{"path": "notes.txt""#),
+        json!("data: {this is not json\n\n"),
+        delta(2, "call_g1", "read_file", r#"{"path":"todo.txt"}"#),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    ];
+    let turns = recorded_turns();
+    let server = ModelServer::start(vec![Reply::whole(turn), Reply::whole(turns[2].clone())]).await;
+    let out = finished(start_example(&setup, &server, Some(PROMPT))).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 unreadable event(s)"), "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let sent = messages(&requests[1]);
+    assert!(tool_message(&sent, "call_u1").starts_with("UNKNOWN_TOOL: "));
+    assert!(tool_message(&sent, "call_b1").starts_with("TOOL_INPUT_ERROR: "));
+    assert!(tool_message(&sent, "call_g1").contains("1. write tests"));
+    check_file(&setup.log).unwrap_or_else(|v| panic!("{v}\n{}", log_text(&setup.log)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_error_status_fails_the_run_with_its_message() {
+    let setup = setup();
+    // A server with nothing recorded answers 500.
+    let server = ModelServer::start(Vec::new()).await;
+    let out = exited(start_example(&setup, &server, Some(PROMPT))).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("HTTP 500") && stderr.contains("no more recorded turns"),
+        "{stderr}"
+    );
+    check_file(&setup.log).unwrap();
 }
