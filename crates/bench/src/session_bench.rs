@@ -10,7 +10,8 @@
 //!   appenders on a current-thread runtime, which shows what waking tasks across the two
 //!   workers costs (most of the multi-threaded figure's time is spent parking and unparking
 //!   worker threads, not in the writer). And `fdatasync_p50_us` / `fdatasync_mean_us`, the
-//!   disk's own sync latency, which bounds every syncing figure: 16 appenders, each awaiting
+//!   disk's own sync latency (probed right before and right after the batch16 run), which
+//!   bounds every syncing figure: 16 appenders, each awaiting
 //!   its ack, can never get more than 16 appends per sync; `file_batch16_events_per_sync`
 //!   says how many shared each sync in the run, and `file_batch16_share_of_disk_pct` how
 //!   close `file_batch16_events_per_s` comes to `16 / fdatasync_p50` (goal ≥ 70 %).
@@ -111,19 +112,22 @@ async fn file_rate(dir: &Path, name: &str, durability: Durability, appenders: us
     (rate, stats.events as f64 / stats.syncs.max(1) as f64)
 }
 
-/// The disk's own `write` + `fdatasync` latency for one small append, in microseconds:
-/// median and mean (the mean is what bounds a syncing writer's throughput).
-fn fdatasync_us(dir: &Path) -> (f64, f64) {
+/// Adds 200 samples of the disk's own `write` + `fdatasync` latency for one small append, in
+/// microseconds, to `samples`.
+fn probe_fdatasync(dir: &Path, samples: &mut Vec<f64>) {
     let mut file = std::fs::File::create(dir.join("probe")).expect("probe file");
     let line = [b'x'; 160];
-    let mut samples = Vec::new();
     for _ in 0..200 {
         let t = Instant::now();
         file.write_all(&line).expect("write");
         file.sync_data().expect("sync");
         samples.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+}
+
+/// Median and mean of the probes (the mean is what bounds a syncing writer's throughput).
+fn fdatasync_us(mut samples: Vec<f64>) -> (f64, f64) {
+    let mean = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
     (quantile(&mut samples, 0.5), mean)
 }
 
@@ -157,14 +161,20 @@ fn append() {
         emit(b, "file_none_events_per_s", none, "events/s");
         let (batch1, _) = file_rate(dir.path(), "batch1.jsonl", Durability::Batch, 1).await;
         emit(b, "file_batch1_events_per_s", batch1, "events/s");
+        // A virtual disk's sync latency drifts by an order of magnitude within seconds, so
+        // the disk is probed right before and right after the run it bounds.
+        let mut probes = Vec::new();
+        probe_fdatasync(dir.path(), &mut probes);
         let (batch16, shared) = file_rate(dir.path(), "batch16.jsonl", Durability::Batch, 16).await;
+        probe_fdatasync(dir.path(), &mut probes);
         emit(b, "file_batch16_events_per_s", batch16, "events/s");
         emit(b, "file_batch16_events_per_sync", shared, "events");
         let (always, _) = file_rate(dir.path(), "always.jsonl", Durability::Always, 16).await;
         emit(b, "file_always_events_per_s", always, "events/s");
-        batch16
+        (batch16, probes)
     });
-    let (p50, mean) = fdatasync_us(dir.path());
+    let (batch16, probes) = batch16;
+    let (p50, mean) = fdatasync_us(probes);
     emit(b, "fdatasync_p50_us", p50, "us");
     emit(b, "fdatasync_mean_us", mean, "us");
     // 16 appenders, each awaiting its ack, get at most 16 appends per sync: what the disk
