@@ -9,7 +9,13 @@
 //! - A policy `ask` is an `InputRequiredResult` (an elicitation and a signed `requestState`);
 //!   the retry's answer allows the call once (accept) or denies it (decline); a tampered,
 //!   re-targeted, cross-session or replayed `requestState` is refused and changes nothing.
+//! - rmcp's own client, started in that era (`server/discover`, stateless HTTP), does the same
+//!   through its high-level calls: it names its session by header, and answers `ask`s with its
+//!   elicitation handler, which rmcp drives from the `InputRequiredResult`s.
 //! - Every log passes `dsh check` once dsh stops (SIGTERM).
+//!
+//! The pinned official SDKs are not used here: `@modelcontextprotocol/sdk` 1.32.2 knows no
+//! version past 2025-11-25; Python `mcp` 2.3.0 has 2026-era client code, not driven here yet.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -642,4 +648,142 @@ fn an_ask_is_answered_through_input_required_results() {
         .filter(|e| e["type"] == "tool/result" && e["data"]["error"]["code"] == "DENIED")
         .count();
     assert_eq!(denied, 2, "no, mute");
+}
+
+/// rmcp's own client, started in the 2026-07-28 era (`server/discover`, no `initialize`, the
+/// stateless HTTP transport): it names its session by the `Dsh-Session` header, reads then
+/// edits across requests, and answers `ask`s through its elicitation handler, which rmcp
+/// drives from the `InputRequiredResult`s (yes for `ask-yes*`, no otherwise).
+mod rmcp_client {
+    use super::*;
+    use rmcp::model::{
+        CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+        ElicitationAction, Implementation, ProtocolVersion,
+    };
+    use rmcp::service::RequestContext;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, ErrorData, RoleClient};
+
+    #[derive(Clone)]
+    struct Answers;
+
+    impl ClientHandler for Answers {
+        fn get_info(&self) -> ClientConfig {
+            ClientConfig::new(
+                ClientCapabilities::builder().enable_elicitation().build(),
+                Implementation::new("rmcp-2026", "1"),
+            )
+        }
+
+        async fn create_elicitation(
+            &self,
+            request: ElicitRequestParams,
+            _context: RequestContext<RoleClient>,
+        ) -> Result<ElicitResult, ErrorData> {
+            let yes = matches!(&request,
+                ElicitRequestParams::FormElicitationParams { message, .. }
+                    if message.contains("ask-yes"));
+            Ok(ElicitResult::new(if yes {
+                ElicitationAction::Accept
+            } else {
+                ElicitationAction::Decline
+            }))
+        }
+    }
+
+    fn call(tool: &str, arguments: Value) -> CallToolRequestParams {
+        let Value::Object(arguments) = arguments else {
+            panic!("arguments are an object")
+        };
+        CallToolRequestParams::new(tool.to_string()).with_arguments(arguments)
+    }
+
+    fn text(result: &rmcp::model::CallToolResult) -> String {
+        serde_json::to_value(&result.content).unwrap()[0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn rmcp_client_of_the_2026_era() {
+        let mut server = Server::start();
+        let url = format!("http://{}/mcp", server.addr);
+        let ws = server.ws.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut headers = std::collections::HashMap::new();
+            headers.insert(
+                http::HeaderName::from_static("dsh-session"),
+                http::HeaderValue::from_static("rmcp"),
+            );
+            let config = StreamableHttpClientTransportConfig::with_uri(url)
+                .auth_header(TOKEN_A)
+                .custom_headers(headers);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let client = Answers
+                .serve_with_lifecycle(
+                    transport,
+                    ClientLifecycleMode::Discover {
+                        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                    },
+                )
+                .await
+                .expect("rmcp's client starts in the 2026-07-28 era");
+            let tools = client.list_all_tools().await.unwrap();
+            assert!(tools.iter().any(|t| t.name == "edit_file"), "{tools:?}");
+            let read = client
+                .call_tool(call("read_file", json!({"path": "notes.txt"})))
+                .await
+                .unwrap();
+            assert_ne!(read.is_error, Some(true), "{read:?}");
+            let edit = client
+                .call_tool(call(
+                    "edit_file",
+                    json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"}),
+                ))
+                .await
+                .unwrap();
+            assert_ne!(edit.is_error, Some(true), "{edit:?}");
+            let yes = client
+                .call_tool(call(
+                    "write_file",
+                    json!({"path": "ask-yes.txt", "content": "yes"}),
+                ))
+                .await
+                .unwrap();
+            assert_ne!(yes.is_error, Some(true), "{yes:?}");
+            let no = client
+                .call_tool(call(
+                    "write_file",
+                    json!({"path": "ask-no.txt", "content": "no"}),
+                ))
+                .await
+                .unwrap();
+            assert_eq!(no.is_error, Some(true), "{no:?}");
+            assert!(text(&no).starts_with("DENIED"), "{no:?}");
+            let _ = client.cancel().await;
+        });
+        assert_eq!(
+            std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+            "bye\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("ask-yes.txt")).unwrap(),
+            "yes"
+        );
+        assert!(!ws.join("ask-no.txt").exists());
+        let logs = server.stop_and_check();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert!(logs[0].ends_with("-rmcp.jsonl"), "{logs:?}");
+        let calls = log_events(&server.logs.join(&logs[0]))
+            .iter()
+            .filter(|e| e["type"] == "tool/call")
+            .count();
+        assert_eq!(calls, 4);
+    }
 }
