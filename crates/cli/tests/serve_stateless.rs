@@ -14,8 +14,10 @@
 //!   elicitation handler, which rmcp drives from the `InputRequiredResult`s.
 //! - Every log passes `dsh check` once dsh stops (SIGTERM).
 //!
-//! The pinned official SDKs are not used here: `@modelcontextprotocol/sdk` 1.32.2 knows no
-//! version past 2025-11-25; Python `mcp` 2.3.0 has 2026-era client code, not driven here yet.
+//! - The official Python SDK (`mcp` 2.3.0, `Client(mode="2026-07-28")`) does the same
+//!   (`tests/sdk/client_stateless.py`). The pinned TypeScript SDK (1.32.2) knows no version past
+//!   2025-11-25, so it has no part here; `scripts/mcp-sdks.sh` installs the SDKs (a failure to
+//!   install fails the test).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -786,4 +788,62 @@ mod rmcp_client {
             .count();
         assert_eq!(calls, 4);
     }
+}
+
+/// Installs the SDKs (or finds them installed): the Python interpreter.
+fn python_sdk() -> String {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new("bash")
+        .arg(repo.join("scripts/mcp-sdks.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("bash runs scripts/mcp-sdks.sh");
+    assert!(
+        out.status.success(),
+        "scripts/mcp-sdks.sh could not install the MCP SDKs (see above)"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("python="))
+        .unwrap_or_else(|| panic!("scripts/mcp-sdks.sh printed no python: {text}"))
+        .to_string()
+}
+
+/// The official Python SDK (`mcp` 2.3.0) in the 2026-07-28 era: `tests/sdk/client_stateless.py`
+/// (a session named by header, read then edit, an ask answered yes and no through its
+/// elicitation callback; another named by `_meta`, where the edit is refused).
+#[test]
+fn python_sdk_of_the_2026_era() {
+    let python = python_sdk();
+    let mut server = Server::start();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/client_stateless.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}/mcp", server.addr))
+        .arg(TOKEN_A)
+        .arg(&server.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the client starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("OK"),
+        "{python} {}: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        script.display(),
+        out.status
+    );
+    assert_eq!(
+        std::fs::read_to_string(server.ws.join("ask-yes.txt")).unwrap(),
+        "yes"
+    );
+    assert!(!server.ws.join("ask-no.txt").exists());
+    let logs = server.stop_and_check();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert!(logs.iter().any(|l| l.ends_with("-py.jsonl")), "{logs:?}");
+    assert!(
+        logs.iter().any(|l| l.ends_with("-py-meta.jsonl")),
+        "{logs:?}"
+    );
 }
