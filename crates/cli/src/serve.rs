@@ -8,7 +8,7 @@ use crate::harness;
 use crate::output::note;
 use dsh_core::ApprovalResponder;
 use dsh_scheduler::CancelTarget;
-use dsh_serve::{DshServer, ElicitingApprover, HttpGuard, ServeConfig};
+use dsh_serve::{DshServer, ElicitingApprover, HttpGuard, ServeConfig, StatelessSessions};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -192,16 +192,15 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
         for host in &args.allow_host {
             guard = guard.allow_host(host);
         }
-        let harness = serving.harness.clone();
-        let scheduler = serving.scheduler.clone();
-        let make = move || {
-            DshServer::per_client(
-                harness.clone(),
-                scheduler.clone(),
-                approver.clone(),
-                ServeConfig::default(),
-            )
-        };
+        // 2025-11-25 clients get a server per `Mcp-Session-Id`; requests of the stateless
+        // 2026-07-28 era go to the session they name, kept in `sessions`.
+        let sessions = StatelessSessions::new(
+            serving.harness.clone(),
+            serving.scheduler.clone(),
+            approver,
+            ServeConfig::default(),
+        );
+        let make = move || sessions.client_server();
         note(format!(
             "serving MCP on http://{local}/mcp; logs: {}/<session-id>.jsonl",
             serving.folder.display()

@@ -7,6 +7,43 @@ use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use tokio::sync::{mpsc, oneshot};
+
+/// An `ask` of a call of the 2026-07-28 era, handed to the request that made the call: it
+/// puts the question to its client as an `InputRequiredResult`, and the client's retry sends
+/// the answer. Dropping `answer` unanswered is a rejection.
+#[derive(Debug)]
+pub(crate) struct Question {
+    pub tool: String,
+    pub prompt: String,
+    pub arguments: serde_json::Value,
+    pub answer: oneshot::Sender<ApprovalAnswer>,
+}
+
+/// Where the `ask` of one call of the 2026-07-28 era goes (no server-to-client request exists
+/// in that era).
+#[derive(Debug)]
+struct Route {
+    /// The client declared elicitation in the request's capabilities.
+    can_ask: bool,
+    questions: mpsc::Sender<Question>,
+}
+
+/// Removes a call's route when its request is done with it.
+pub(crate) struct RouteGuard<'a> {
+    approver: &'a ElicitingApprover,
+    key: (String, String),
+}
+
+impl Drop for RouteGuard<'_> {
+    fn drop(&mut self) {
+        self.approver
+            .routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
+}
 
 /// The approval responder of served sessions: asks the client connected for the agent whose
 /// call asked (over stdio one client, `main`; over HTTP one agent per client session), by
@@ -17,6 +54,9 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct ElicitingApprover {
     peers: Mutex<HashMap<String, Peer<RoleServer>>>,
+    /// The calls of the 2026-07-28 era, by (agent, call id): their `ask` is handed to their
+    /// request rather than put to a peer.
+    routes: Mutex<HashMap<(String, String), Route>>,
 }
 
 impl ElicitingApprover {
@@ -41,6 +81,37 @@ impl ElicitingApprover {
             .remove(agent);
     }
 
+    /// The `ask` of call `call_id` of `agent`, if it comes, is sent on the receiver returned
+    /// (once) instead of to a peer; rejected at once when `can_ask` is false (the client did
+    /// not declare elicitation). Until the guard is dropped.
+    pub(crate) fn route(
+        &self,
+        agent: &str,
+        call_id: &str,
+        can_ask: bool,
+    ) -> (RouteGuard<'_>, mpsc::Receiver<Question>) {
+        let (questions, receiver) = mpsc::channel(1);
+        let key = (agent.to_string(), call_id.to_string());
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), Route { can_ask, questions });
+        (
+            RouteGuard {
+                approver: self,
+                key,
+            },
+            receiver,
+        )
+    }
+
+    fn take_route(&self, agent: &str, call_id: &str) -> Option<Route> {
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(agent.to_string(), call_id.to_string()))
+    }
+
     fn peer(&self, agent: &str) -> Option<Peer<RoleServer>> {
         self.peers
             .lock()
@@ -50,6 +121,23 @@ impl ElicitingApprover {
     }
 }
 
+/// The text an `ask` is put to the client with: the tool, the policy's prompt, the arguments
+/// (cut at 2000 bytes).
+pub(crate) fn ask_message(tool: &str, prompt: &str, arguments: &serde_json::Value) -> String {
+    let mut arguments = arguments.to_string();
+    if arguments.len() > 2000 {
+        let mut cut = 2000;
+        while !arguments.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        arguments.truncate(cut);
+        arguments.push('…');
+    }
+    format!(
+        "dsh asks before running `{tool}`: {prompt}\narguments: {arguments}\nAccept to allow this call once."
+    )
+}
+
 fn reject(why: impl Into<String>) -> Result<ApprovalAnswer, HookError> {
     Ok(ApprovalAnswer::Reject(Some(why.into())))
 }
@@ -57,6 +145,26 @@ fn reject(why: impl Into<String>) -> Result<ApprovalAnswer, HookError> {
 #[async_trait]
 impl ApprovalResponder for ElicitingApprover {
     async fn respond(&self, request: &ApprovalRequest) -> Result<ApprovalAnswer, HookError> {
+        if let Some(route) = self.take_route(&request.agent, &request.call_id) {
+            if !route.can_ask {
+                return reject("the MCP client cannot be asked (it did not declare elicitation)");
+            }
+            let (answer, answered) = oneshot::channel();
+            let question = Question {
+                tool: request.tool.clone(),
+                prompt: request.prompt.clone(),
+                arguments: request.arguments.clone(),
+                answer,
+            };
+            if route.questions.send(question).await.is_err() {
+                return reject("the MCP client's request ended before it could be asked");
+            }
+            // Bounded by the pipeline's approval timeout (this future is dropped then).
+            return match answered.await {
+                Ok(answer) => Ok(answer),
+                Err(_) => reject("the MCP client did not answer"),
+            };
+        }
         let Some(peer) = self.peer(&request.agent) else {
             return reject("no MCP client is connected to approve it");
         };
@@ -66,19 +174,7 @@ impl ApprovalResponder for ElicitingApprover {
         {
             return reject("the MCP client cannot be asked (it did not declare elicitation)");
         }
-        let mut arguments = request.arguments.to_string();
-        if arguments.len() > 2000 {
-            let mut cut = 2000;
-            while !arguments.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            arguments.truncate(cut);
-            arguments.push('…');
-        }
-        let message = format!(
-            "dsh asks before running `{}`: {}\narguments: {arguments}\nAccept to allow this call once.",
-            request.tool, request.prompt
-        );
+        let message = ask_message(&request.tool, &request.prompt, &request.arguments);
         let params = ElicitRequestParams::FormElicitationParams {
             meta: None,
             message,

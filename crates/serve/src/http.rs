@@ -1,5 +1,6 @@
 //! MCP's streamable HTTP transport: rmcp's `StreamableHttpService` (one [`DshServer`] per
-//! client session, the 2025-11-25 `Mcp-Session-Id` sessions) behind the [`GuardLayer`],
+//! client session, the 2025-11-25 `Mcp-Session-Id` sessions; and one per request of the
+//! stateless 2026-07-28 era, which rmcp routes past its sessions) behind the [`GuardLayer`],
 //! served over HTTP/1.1 by hyper on a tokio listener.
 
 use crate::error::ServeError;

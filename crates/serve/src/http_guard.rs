@@ -11,6 +11,8 @@
 //!   early exit, so the time taken says nothing of a token's content or length.
 //!
 //! A refused request's body is never read: nothing of it reaches rmcp, the pipeline or a log.
+//! A request let in carries its [`SessionScope`] in its extensions: which token it showed (as a
+//! digest), so the 2026-07-28 era's client-named sessions are kept apart per token.
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, header};
@@ -52,6 +54,26 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// Whose a request is, as far as sessions go: `local` when no token is configured (every
+/// client is the same principal), else 12 hex digits of a digest of the token it showed
+/// (domain-separated from the digest compared above; the token itself is never kept or
+/// shown). Put in the extensions of every request the guard lets in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionScope(pub String);
+
+impl SessionScope {
+    fn of(token_digest: &[u8; 32]) -> SessionScope {
+        let mut hasher = Sha256::new();
+        hasher.update(b"dsh-serve/session-scope\0");
+        hasher.update(token_digest);
+        let scope: String = hasher.finalize()[..6]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        SessionScope(scope)
+    }
+}
+
 impl HttpGuard {
     /// A guard that asks for no token (loopback only: the caller decides).
     pub fn new() -> HttpGuard {
@@ -89,6 +111,11 @@ impl HttpGuard {
 
     /// Judges a request's headers, for a connection that arrived at `local`.
     pub fn check(&self, headers: &HeaderMap, local: SocketAddr) -> Result<(), Refusal> {
+        self.admit(headers, local).map(|_| ())
+    }
+
+    /// [`HttpGuard::check`], and the [`SessionScope`] of a request let in.
+    pub fn admit(&self, headers: &HeaderMap, local: SocketAddr) -> Result<SessionScope, Refusal> {
         let host = headers
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
@@ -108,7 +135,7 @@ impl HttpGuard {
             }
         }
         if self.tokens.is_empty() {
-            return Ok(());
+            return Ok(SessionScope("local".into()));
         }
         let given = headers
             .get(header::AUTHORIZATION)
@@ -129,7 +156,7 @@ impl HttpGuard {
             matched |= u8::from(std::hint::black_box(diff) == 0);
         }
         if matched == 1 {
-            Ok(())
+            Ok(SessionScope::of(&given))
         } else {
             Err(Refusal::Token)
         }
@@ -256,9 +283,12 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        match self.guard.check(request.headers(), self.local) {
-            Ok(()) => futures::future::Either::Right(self.inner.call(request)),
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        match self.guard.admit(request.headers(), self.local) {
+            Ok(scope) => {
+                request.extensions_mut().insert(scope);
+                futures::future::Either::Right(self.inner.call(request))
+            }
             Err(refusal) => {
                 tracing::warn!(
                     ?refusal,
@@ -389,5 +419,31 @@ mod tests {
             );
         }
         assert_eq!(guard.check(&headers(&[host]), local), Err(Refusal::Token));
+    }
+
+    #[test]
+    fn each_token_has_its_own_scope_and_no_token_one_shared() {
+        let local: SocketAddr = LOCAL.parse().unwrap();
+        let host = ("host", "localhost:8080");
+        let guard = HttpGuard::new().with_tokens(["alpha-token", "beta-token"]);
+        let alpha = guard
+            .admit(
+                &headers(&[host, ("authorization", "Bearer alpha-token")]),
+                local,
+            )
+            .unwrap();
+        let beta = guard
+            .admit(
+                &headers(&[host, ("authorization", "Bearer beta-token")]),
+                local,
+            )
+            .unwrap();
+        assert_ne!(alpha, beta);
+        assert_eq!(alpha.0.len(), 12);
+        assert!(!alpha.0.contains("alpha"));
+        assert_eq!(
+            HttpGuard::new().admit(&headers(&[host]), local),
+            Ok(SessionScope("local".into()))
+        );
     }
 }

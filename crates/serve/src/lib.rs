@@ -25,7 +25,11 @@
 //! HTTP transport ([`serve_http`]) every client session (its `Mcp-Session-Id`) gets its own
 //! [`DshServer::per_client`], which opens a session of one shared harness on its first call
 //! (one log per client session); every request passes the [`HttpGuard`] (Host, Origin, bearer
-//! token) before anything of it is read.
+//! token) before anything of it is read. Requests of the stateless 2026-07-28 era (no
+//! `initialize`) are served on the same port by the session they name ([`SESSION_META_KEY`]
+//! or [`SESSION_HEADER`]), scoped to their token ([`SessionScope`]), kept in
+//! [`StatelessSessions`]; their `ask` is an `InputRequiredResult` whose `requestState` is
+//! signed (HMAC-SHA256) for its call, session, tool and arguments.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -36,11 +40,15 @@ mod error;
 mod http;
 pub mod http_guard;
 mod server;
+mod stateless;
 mod tools;
 
 pub use approval::ElicitingApprover;
 pub use error::ServeError;
 pub use http::serve_http;
-pub use http_guard::HttpGuard;
-pub use server::{DshServer, ServeConfig, serve_stdio, session_file_id};
+pub use http_guard::{HttpGuard, SessionScope};
+pub use server::{APPROVAL_INPUT, DshServer, ServeConfig, serve_stdio, session_file_id};
+pub use stateless::{
+    MAX_SESSION_NAME, SESSION_HEADER, SESSION_META_KEY, StatelessSessions, valid_session_name,
+};
 pub use tools::{mcp_result, mcp_tools};

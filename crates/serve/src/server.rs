@@ -1,28 +1,57 @@
 //! The MCP server: `tools/list` and `tools/call` over one session of the pipeline.
 
-use crate::approval::ElicitingApprover;
+use crate::approval::{ElicitingApprover, Question, ask_message};
 use crate::error::ServeError;
+use crate::stateless::{self, StateKey, StatelessSessions};
 use crate::tools::{mcp_result, mcp_tools};
-use dsh_core::{ToolCall, ToolRegistry};
+use dsh_core::{ApprovalAnswer, FrozenResult, ToolCall, ToolRegistry};
 use dsh_scheduler::{
     CallCanceller, DeferredContext, Harness, OpenStep, PendingCall, SchedulerConfig,
     SchedulerError, Session,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, Implementation,
+    InputRequest, InputRequests, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::IntoTransport;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// The key of the one input request of an `ask`'s `InputRequiredResult` (its elicitation).
+pub const APPROVAL_INPUT: &str = "approval";
+
+/// How long the result of a call whose `ask` went to the client is kept for the client's
+/// retry after the call ended (the approval timeout bounds the wait before that).
+const PARKED_RETAIN: Duration = Duration::from_secs(600);
+
+/// A call's result, awaited by whichever request answers for it.
+type Outcome = Pin<Box<dyn Future<Output = Result<FrozenResult, SchedulerError>> + Send>>;
+
+/// A call of the stateless era whose `ask` went to the client as an `InputRequiredResult`:
+/// it stays in flight (in its step, in the log) until the client's retry answers, or the
+/// approval timeout denies it.
+struct Parked {
+    answer: oneshot::Sender<ApprovalAnswer>,
+    outcome: oneshot::Receiver<Result<FrozenResult, SchedulerError>>,
+    canceller: CallCanceller,
+}
+
+/// How waiting for a call ended.
+enum Waited {
+    Done(Result<FrozenResult, SchedulerError>),
+    Asked(Question),
+}
 
 /// How a session is served.
 #[derive(Debug, Clone)]
@@ -51,15 +80,20 @@ struct Step {
 }
 
 /// Where a server's calls go.
+// One per server: the size of the larger variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Source {
     /// One session for every call (stdio: one client).
     Fixed { session: Session, agent: String },
     /// The session of this MCP client session (`Mcp-Session-Id`), opened from the harness's
     /// store on the client's first call: one log per client session, and the client's calls
     /// recorded as its own agent, so read-before-edit is per client session.
+    /// In the stateless 2026-07-28 era, `named` is the session's id (see
+    /// [`crate::stateless`]).
     PerClient {
         harness: Harness,
         scheduler: SchedulerConfig,
+        named: Option<String>,
         opened: tokio::sync::OnceCell<(Session, String)>,
     },
 }
@@ -72,6 +106,14 @@ struct Inner {
     config: ServeConfig,
     step: Mutex<Step>,
     next_call: AtomicU64,
+    /// Call ids are `<call_prefix><n>`.
+    call_prefix: String,
+    /// Signs this session's `requestState`s.
+    key: StateKey,
+    /// The calls waiting for the client's answer to their `ask`, by call id.
+    parked: Mutex<HashMap<String, Parked>>,
+    /// Over HTTP: where requests of the stateless era go.
+    stateless: Option<Arc<StatelessSessions>>,
 }
 
 /// dsh's MCP server for one client's session (an [`rmcp::ServerHandler`]). Clones share the
@@ -148,11 +190,11 @@ fn mcp_session_id(context: &RequestContext<RoleServer>) -> Option<String> {
 
 /// One call in flight: when the last one of a step ends (or its request is dropped), the step
 /// is closed, so the next request opens the next step.
-struct InFlight<'a> {
-    server: &'a Inner,
+struct InFlight {
+    server: Arc<Inner>,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         let finished = {
             let mut step = self.server.step.lock().unwrap_or_else(|e| e.into_inner());
@@ -180,7 +222,13 @@ impl DshServer {
         config: ServeConfig,
     ) -> Self {
         let agent = config.agent.clone();
-        Self::with_source(Source::Fixed { session, agent }, registry, approver, config)
+        Self::with_source(
+            Source::Fixed { session, agent },
+            registry,
+            approver,
+            config,
+            "mcp_".into(),
+        )
     }
 
     /// Serves one MCP client session of the streamable HTTP transport: on its first
@@ -200,9 +248,44 @@ impl DshServer {
         let source = Source::PerClient {
             harness,
             scheduler,
+            named: None,
             opened: tokio::sync::OnceCell::new(),
         };
-        Self::with_source(source, &registry, approver, config)
+        Self::with_source(source, &registry, approver, config, "mcp_".into())
+    }
+
+    /// The server of session `id` of the stateless era (its log `<id>.jsonl`, its agent
+    /// `id`), whose call ids start with `call_prefix`.
+    pub(crate) fn named(
+        harness: Harness,
+        scheduler: SchedulerConfig,
+        approver: Arc<ElicitingApprover>,
+        config: ServeConfig,
+        id: String,
+        call_prefix: String,
+    ) -> Self {
+        let registry = harness.pipeline().registry().clone();
+        let source = Source::PerClient {
+            harness,
+            scheduler,
+            named: Some(id),
+            opened: tokio::sync::OnceCell::new(),
+        };
+        Self::with_source(source, &registry, approver, config, call_prefix)
+    }
+
+    /// Also serves the requests of the stateless 2026-07-28 era, each in the session it
+    /// names in `sessions` (see [`StatelessSessions::client_server`]).
+    pub(crate) fn serving_stateless(self, sessions: Arc<StatelessSessions>) -> Self {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.stateless = Some(sessions);
+                DshServer {
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(inner) => DshServer { inner },
+        }
     }
 
     fn with_source(
@@ -210,6 +293,7 @@ impl DshServer {
         registry: &ToolRegistry,
         approver: Arc<ElicitingApprover>,
         config: ServeConfig,
+        call_prefix: String,
     ) -> Self {
         let tools = mcp_tools(registry);
         let structured = tools
@@ -226,6 +310,10 @@ impl DshServer {
                 config,
                 step: Mutex::new(Step::default()),
                 next_call: AtomicU64::new(1),
+                call_prefix,
+                key: StateKey::random(),
+                parked: Mutex::new(HashMap::new()),
+                stateless: None,
             }),
         }
     }
@@ -246,16 +334,22 @@ impl DshServer {
             Source::PerClient {
                 harness,
                 scheduler,
+                named,
                 opened,
             } => {
                 let (session, agent) = opened
                     .get_or_try_init(|| async {
-                        let Some(header) = mcp_session_id(context) else {
-                            return Err(SchedulerError::Unavailable(
-                                "the request names no MCP session (Mcp-Session-Id)".into(),
-                            ));
+                        let id = match named {
+                            Some(id) => id.clone(),
+                            None => match mcp_session_id(context) {
+                                Some(header) => session_file_id(&header),
+                                None => {
+                                    return Err(SchedulerError::Unavailable(
+                                        "the request names no MCP session (Mcp-Session-Id)".into(),
+                                    ));
+                                }
+                            },
                         };
-                        let id = session_file_id(&header);
                         let opened = harness.open_session(&id, scheduler.clone(), None).await?;
                         tracing::info!(session = %id, "opened the session of an MCP client");
                         Ok((opened.session, id))
@@ -272,7 +366,7 @@ impl DshServer {
         session: &Session,
         agent: &str,
         call: ToolCall,
-    ) -> Result<(PendingCall, InFlight<'_>), SchedulerError> {
+    ) -> Result<(PendingCall, InFlight), SchedulerError> {
         let mut step = self.inner.step.lock().unwrap_or_else(|e| e.into_inner());
         if step.open.is_none() {
             step.open = Some(session.open_step_with(agent, DeferredContext::InResults)?);
@@ -285,31 +379,202 @@ impl DshServer {
         Ok((
             pending,
             InFlight {
-                server: &self.inner,
+                server: self.inner.clone(),
             },
         ))
     }
 
-    /// Runs one `tools/call` through the pipeline.
+    /// The session id (and agent) this server's calls go to, when it is fixed before any
+    /// call: stdio's agent, or a session of the stateless era.
+    fn bound_id(&self) -> Option<&str> {
+        match &self.inner.source {
+            Source::Fixed { agent, .. } => Some(agent),
+            Source::PerClient { named, .. } => named.as_deref(),
+        }
+    }
+
+    /// Runs one `tools/call` through the pipeline. In the stateless era (`stateless`), an
+    /// `ask` is answered as an `InputRequiredResult` (the call stays in flight), and a
+    /// request carrying a `requestState` is the client's answer to one.
     async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> CallToolResult {
+        stateless: bool,
+    ) -> Result<CallToolResponse, McpError> {
+        if stateless && request.request_state.is_some() {
+            return self.resume(request, context).await;
+        }
         let (session, agent) = match self.open(&context).await {
             Ok(opened) => opened,
-            Err(e) => return failure(&e),
+            Err(e) => return Ok(failure(&e).into()),
         };
-        self.inner.approver.connect(&agent, context.peer.clone());
+        if !stateless {
+            self.inner.approver.connect(&agent, context.peer.clone());
+        }
         let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
+        let call_id = format!("{}{n}", self.inner.call_prefix);
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let call = ToolCall::new(format!("mcp_{n}"), name.clone(), arguments);
+        // In the stateless era the client cannot be asked by a request of the server's own:
+        // the `ask` of this call comes back here.
+        let (_route, mut questions) = if stateless {
+            let can_ask = context
+                .client_capabilities()
+                .is_some_and(|caps| caps.elicitation.is_some());
+            let (route, questions) = self.inner.approver.route(&agent, &call_id, can_ask);
+            (Some(route), Some(questions))
+        } else {
+            (None, None)
+        };
+        let call = ToolCall::new(call_id.clone(), name.clone(), arguments.clone());
         let (pending, in_flight) = match self.push(&session, &agent, call) {
             Ok(pushed) => pushed,
-            Err(e) => return failure(&e),
+            Err(e) => return Ok(failure(&e).into()),
         };
         let canceller: CallCanceller = pending.canceller();
+        let mut result: Outcome = Box::pin(pending.result());
+        let waited = self
+            .wait(&mut result, &canceller, &context, &name, questions.as_mut())
+            .await;
+        let question = match waited {
+            Waited::Done(answer) => {
+                drop(in_flight);
+                return Ok(self.answer(answer, &name).into());
+            }
+            Waited::Asked(question) => question,
+        };
+        // The `ask` goes to the client; the call waits, in flight, for its retry.
+        let Some(state) = self.inner.key.seal(&agent, &call_id, &name, &arguments) else {
+            // Dropping the question's answer rejects the call: it ends DENIED.
+            drop(question);
+            let answer = result.await;
+            drop(in_flight);
+            return Ok(self.answer(answer, &name).into());
+        };
+        let message = ask_message(&question.tool, &question.prompt, &question.arguments);
+        let (done, outcome) = oneshot::channel();
+        self.inner
+            .parked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                call_id.clone(),
+                Parked {
+                    answer: question.answer,
+                    outcome,
+                    canceller,
+                },
+            );
+        let inner = self.inner.clone();
+        let parked_id = call_id.clone();
+        tokio::spawn(async move {
+            let answer = result.await;
+            drop(in_flight);
+            let _ = done.send(answer);
+            tokio::time::sleep(PARKED_RETAIN).await;
+            inner
+                .parked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&parked_id);
+        });
+        tracing::info!(session = %agent, call = %call_id, tool = %name, "asked the client (input required)");
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message,
+            requested_schema: ElicitationSchema::new(BTreeMap::new()),
+        };
+        let mut requests = InputRequests::new();
+        requests.insert(
+            APPROVAL_INPUT.to_string(),
+            InputRequest::Elicitation(ElicitRequest::new(params)),
+        );
+        Ok(InputRequiredResult::new(Some(requests), Some(state)).into())
+    }
+
+    /// The client's retry with its answer to an `ask`: the `requestState` must be one this
+    /// server signed for this session, call, tool and arguments, and the call must still
+    /// wait for it (once); anything else is refused and changes nothing.
+    async fn resume(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let refused = || {
+            McpError::invalid_params(
+                "the requestState is not valid for this call and session (forged, altered, or \
+                 made for another call or session)",
+                None,
+            )
+        };
+        let Some(session) = self.bound_id() else {
+            return Err(refused());
+        };
+        let state = request.request_state.as_deref().unwrap_or_default();
+        let name = request.name.to_string();
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        let Some(call_id) = self.inner.key.open(state, session, &name, &arguments) else {
+            tracing::warn!(session, "refused a requestState that does not verify");
+            return Err(refused());
+        };
+        let answer = approval_answer(request.input_responses.as_ref())?;
+        let parked = self
+            .inner
+            .parked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&call_id);
+        let Some(parked) = parked else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "call {call_id} does not wait for an answer (it was answered already, or \
+                     ended long ago)"
+                ),
+                None,
+            ));
+        };
+        // When the approval timeout ran out already, nobody takes the answer: the call was
+        // DENIED, and that is its result below.
+        let _ = parked.answer.send(answer);
+        let outcome = parked.outcome;
+        let mut result: Outcome = Box::pin(async move {
+            outcome.await.unwrap_or_else(|_| {
+                Err(SchedulerError::Unavailable(
+                    "the call's result was lost".into(),
+                ))
+            })
+        });
+        match self
+            .wait(&mut result, &parked.canceller, &context, &name, None)
+            .await
+        {
+            Waited::Done(answer) => Ok(self.answer(answer, &name).into()),
+            Waited::Asked(_) => {
+                Ok(failure(&SchedulerError::Unavailable("the call asked twice".into())).into())
+            }
+        }
+    }
+
+    /// A call's result as MCP answers it.
+    fn answer(&self, answer: Result<FrozenResult, SchedulerError>, name: &str) -> CallToolResult {
+        match answer {
+            Ok(result) => mcp_result(&result, self.inner.structured.contains(name)),
+            Err(e) => failure(&e),
+        }
+    }
+
+    /// Waits for `result`: cancels the call when the client cancels the request or closes
+    /// its stream, reports progress when the request has a progress token, and returns early
+    /// with the call's `ask` when `questions` receives one.
+    async fn wait(
+        &self,
+        result: &mut Outcome,
+        canceller: &CallCanceller,
+        context: &RequestContext<RoleServer>,
+        name: &str,
+        questions: Option<&mut mpsc::Receiver<Question>>,
+    ) -> Waited {
         let progress = context.meta.get_progress_token();
         let every = self
             .inner
@@ -317,8 +582,6 @@ impl DshServer {
             .progress_every
             .max(Duration::from_millis(10));
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        let result = pending.result();
-        tokio::pin!(result);
         // Over HTTP: the client closing the stream its answer would come on cancels the call.
         let closed = context
             .extensions
@@ -332,11 +595,22 @@ impl DshServer {
             }
         };
         tokio::pin!(stream_closed);
+        let asked = async move {
+            match questions {
+                Some(questions) => match questions.recv().await {
+                    Some(question) => question,
+                    None => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(asked);
         let mut cancelled = false;
         let mut reported = 0u64;
-        let answer = loop {
+        loop {
             tokio::select! {
-                answer = &mut result => break answer,
+                answer = &mut *result => return Waited::Done(answer),
+                question = &mut asked, if !cancelled => return Waited::Asked(question),
                 () = &mut stream_closed, if !cancelled => {
                     cancelled = true;
                     let _ = canceller.cancel();
@@ -356,11 +630,6 @@ impl DshServer {
                     }
                 }
             }
-        };
-        drop(in_flight);
-        match answer {
-            Ok(result) => mcp_result(&result, self.inner.structured.contains(&name)),
-            Err(e) => failure(&e),
         }
     }
 
@@ -408,6 +677,38 @@ pub async fn serve_stdio(
     server.serve(rmcp::transport::stdio(), shutdown).await
 }
 
+/// The client's answer to an `ask`, from its retry's `inputResponses`: accept allows the
+/// call once, decline or cancel denies it. A retry without a readable answer is refused (and
+/// the call keeps waiting).
+fn approval_answer(
+    responses: Option<&rmcp::model::InputResponses>,
+) -> Result<ApprovalAnswer, McpError> {
+    let Some(response) = responses.and_then(|r| r.get(APPROVAL_INPUT)) else {
+        return Err(McpError::invalid_params(
+            format!("the retry carries no answer (inputResponses.{APPROVAL_INPUT})"),
+            None,
+        ));
+    };
+    let answer: ElicitResult = serde_json::from_value(response.clone()).map_err(|e| {
+        McpError::invalid_params(
+            format!("inputResponses.{APPROVAL_INPUT} is not an elicitation result: {e}"),
+            None,
+        )
+    })?;
+    Ok(match answer.action {
+        ElicitationAction::Accept => ApprovalAnswer::Approve,
+        ElicitationAction::Decline => {
+            ApprovalAnswer::Reject(Some("declined by the MCP client".into()))
+        }
+        ElicitationAction::Cancel => {
+            ApprovalAnswer::Reject(Some("cancelled by the MCP client".into()))
+        }
+        _ => ApprovalAnswer::Reject(Some(
+            "the MCP client gave an answer dsh does not know".into(),
+        )),
+    })
+}
+
 /// A call that got no result of its own (the session is gone, or the log failed it).
 fn failure(error: &SchedulerError) -> CallToolResult {
     let text = match error {
@@ -430,10 +731,13 @@ impl ServerHandler for DshServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        match self.inner.source {
-            Source::Fixed { .. } => Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS),
-            // The stateless 2026-07-28 era names no session: not served over HTTP yet.
-            Source::PerClient { .. } => {
+        match (&self.inner.source, &self.inner.stateless) {
+            (Source::Fixed { .. }, _) | (Source::PerClient { .. }, Some(_)) => {
+                Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+            }
+            // Without the stateless sessions, a request of the 2026-07-28 era names no
+            // session: only the versions with `initialize` (and `Mcp-Session-Id`).
+            (Source::PerClient { .. }, None) => {
                 Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
             }
         }
@@ -442,8 +746,12 @@ impl ServerHandler for DshServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        // A session name is checked on every request of the stateless era.
+        if stateless::is_stateless(&context) && self.inner.stateless.is_some() {
+            stateless::session_id(&context)?;
+        }
         Ok(ListToolsResult::with_all_items(self.inner.tools.clone()))
     }
 
@@ -452,6 +760,15 @@ impl ServerHandler for DshServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        Ok(self.call(request, context).await.into())
+        if !stateless::is_stateless(&context) {
+            return self.call(request, context, false).await;
+        }
+        // The stateless era: the session the request names (over HTTP), or this server's own
+        // (stdio). A retry answers a call that exists already.
+        let server = match &self.inner.stateless {
+            Some(sessions) => sessions.server(&context, request.request_state.is_none())?,
+            None => self.clone(),
+        };
+        server.call(request, context, true).await
     }
 }

@@ -466,3 +466,117 @@ async fn an_ask_is_put_to_the_client_and_only_a_yes_runs_it() {
     assert_paired(&events(&mute.log).await);
     mute.client.cancel().await.unwrap();
 }
+
+/// The stateless 2026-07-28 era over the pipe (rmcp's client started by `server/discover`):
+/// an `ask` comes back as an `InputRequiredResult`; left unanswered past the approval timeout,
+/// the call is recorded `DENIED`, and a late yes with its genuine `requestState` gets that
+/// `DENIED`, never a run.
+#[tokio::test]
+async fn an_unanswered_ask_of_the_2026_era_is_denied_at_the_approval_timeout() {
+    use dsh_scheduler::PipelineConfig;
+    use rmcp::model::{CallToolResponse, InputResponses};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let registry = Arc::new(ToolRegistry::new());
+    registry.register(Note).unwrap();
+    let mut hooks = Hooks::new();
+    hooks.pre_execute(Policy);
+    let approver = Arc::new(ElicitingApprover::new());
+    let harness = HarnessBuilder::new(registry.clone())
+        .hooks(hooks)
+        .approval(approver.clone())
+        .config(PipelineConfig {
+            approval_timeout: Duration::from_millis(300),
+            ..PipelineConfig::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let log = SessionLog::memory().await.unwrap();
+    let session = harness
+        .open(log.clone(), SchedulerConfig::default(), None)
+        .await
+        .unwrap();
+    let server = DshServer::new(session, &registry, approver, ServeConfig::default());
+    let (server_end, client_end) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        let _harness = harness;
+        let _ = server
+            .serve(tokio::io::split(server_end), std::future::pending())
+            .await;
+    });
+    let asked = Arc::new(AtomicUsize::new(0));
+    let client = Client {
+        elicit: Some(ElicitationAction::Accept),
+        progress: Arc::default(),
+        asked: asked.clone(),
+    }
+    .serve_with_lifecycle(
+        tokio::io::split(client_end),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap();
+    let first = client
+        .call_tool_once(call("note", json!({"text": "ask"})))
+        .await
+        .unwrap();
+    let CallToolResponse::InputRequired(input) = first else {
+        panic!("an InputRequiredResult: {first:?}")
+    };
+    assert!(
+        input
+            .input_requests
+            .as_ref()
+            .is_some_and(|r| r.contains_key(dsh_serve::APPROVAL_INPUT)),
+        "{input:?}"
+    );
+    let state = input.request_state.clone().expect("a requestState");
+    // Nobody answers: the approval timeout denies the call, in the log.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !events(&log)
+        .await
+        .iter()
+        .any(|e| matches!(e.body, EventBody::ToolResult { .. }))
+    {
+        assert!(Instant::now() < deadline, "the ask never timed out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut yes = InputResponses::new();
+    yes.insert(
+        dsh_serve::APPROVAL_INPUT.to_string(),
+        json!({"action": "accept", "content": {}}),
+    );
+    let late = client
+        .call_tool_once(
+            call("note", json!({"text": "ask"}))
+                .with_request_state(state)
+                .with_input_responses(yes),
+        )
+        .await
+        .unwrap();
+    let CallToolResponse::Complete(result) = late else {
+        panic!("a complete result: {late:?}")
+    };
+    assert!(
+        text(&result).starts_with("DENIED: ") && text(&result).contains("did not answer within"),
+        "{}",
+        text(&result)
+    );
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "rmcp's handler is not used by call_tool_once"
+    );
+    let events = events(&log).await;
+    assert_paired(&events);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e.body, EventBody::ToolCall(_)))
+            .count(),
+        1
+    );
+    client.cancel().await.unwrap();
+}
