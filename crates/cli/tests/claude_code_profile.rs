@@ -4,35 +4,15 @@
 
 mod common;
 
-use common::{Run, check, dsh_with, log_events, replay, run, sample_workspace, transcript};
+use common::{
+    Run, check, dsh_with, log_events, message, replay, run, sample_workspace, session_file,
+    transcript,
+};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const PROFILE: [&str; 2] = ["--profile", "claude-code"];
-
-/// The session-file fixture with its placeholder replaced by the workspace.
-fn session_file(dir: &Path, ws: &Path) -> PathBuf {
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude-code-session.jsonl");
-    let text = std::fs::read_to_string(fixture)
-        .unwrap()
-        .replace("__WORKSPACE__", ws.to_str().unwrap());
-    let path = dir.join("session.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// An Anthropic assistant message with one `tool_use` block per call.
-fn message(calls: &[(&str, &str, Value)]) -> String {
-    let content: Vec<Value> = calls
-        .iter()
-        .map(
-            |(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input}),
-        )
-        .collect();
-    json!({"role": "assistant", "content": content}).to_string()
-}
 
 /// The text of the `tool_result` block answering `id` (Anthropic output).
 fn result_text(ran: &Run, id: &str) -> String {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Run, dsh, sample_workspace, transcript};
+use common::{Run, dsh, message, sample_workspace, session_file, transcript};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -74,29 +74,6 @@ fn decision_of(all: &BTreeMap<String, (String, Option<String>)>, id: &str) -> St
 
 fn reason_of(all: &BTreeMap<String, (String, Option<String>)>, id: &str) -> String {
     all[id].1.clone().unwrap_or_default()
-}
-
-/// The Claude Code session-file fixture with its placeholder replaced by the workspace.
-fn session_file(dir: &Path, ws: &Path) -> PathBuf {
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude-code-session.jsonl");
-    let text = std::fs::read_to_string(fixture)
-        .unwrap()
-        .replace("__WORKSPACE__", ws.to_str().unwrap());
-    let path = dir.join("session.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// An Anthropic assistant message with one `tool_use` block per call.
-fn message(calls: &[(&str, &str, Value)]) -> String {
-    let content: Vec<Value> = calls
-        .iter()
-        .map(
-            |(id, name, input)| json!({"type": "tool_use", "id": id, "name": name, "input": input}),
-        )
-        .collect();
-    json!({"role": "assistant", "content": content}).to_string()
 }
 
 #[test]

@@ -135,3 +135,27 @@ pub fn log_events(log: &Path) -> Vec<Value> {
         .collect()
 }
 pub mod pg;
+
+/// The Claude Code session-file fixture (`tests/fixtures/claude-code-session.jsonl`) with its
+/// placeholder replaced by the workspace, written as `dir/session.jsonl`.
+pub fn session_file(dir: &Path, ws: &Path) -> PathBuf {
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claude-code-session.jsonl");
+    let text = std::fs::read_to_string(fixture)
+        .unwrap()
+        .replace("__WORKSPACE__", ws.to_str().unwrap());
+    let path = dir.join("session.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// An Anthropic assistant message with one `tool_use` block per call.
+pub fn message(calls: &[(&str, &str, Value)]) -> String {
+    let content: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, input)| {
+            serde_json::json!({"type": "tool_use", "id": id, "name": name, "input": input})
+        })
+        .collect();
+    serde_json::json!({"role": "assistant", "content": content}).to_string()
+}
