@@ -103,6 +103,12 @@ fn runtime() -> tokio::runtime::Runtime {
 async fn connect() -> RunningService<RoleClient, ()> {
     let registry = Arc::new(ToolRegistry::new());
     registry.register(Sleep).expect("register");
+    connect_to(registry).await
+}
+
+/// An rmcp client of `dsh serve`'s server over a pipe, serving `registry`'s tools through a
+/// harness and a session on an in-memory log (kept alive by the server's task).
+async fn connect_to(registry: Arc<ToolRegistry>) -> RunningService<RoleClient, ()> {
     let approver = Arc::new(ElicitingApprover::new());
     let harness = HarnessBuilder::new(registry.clone())
         .approval(approver.clone())
@@ -313,29 +319,9 @@ fn gateway_ratio() {
             .expect("the upstream through dsh");
         let registry = Arc::new(ToolRegistry::new());
         upstream.register(&registry).expect("register its tools");
-        let approver = Arc::new(ElicitingApprover::new());
-        let harness = HarnessBuilder::new(registry.clone())
-            .approval(approver.clone())
-            .build()
-            .await
-            .expect("harness");
-        let log = SessionLog::memory().await.expect("log");
-        let session = harness
-            .open(log, SchedulerConfig::default(), None)
-            .await
-            .expect("session");
-        let server = DshServer::new(session, &registry, approver, ServeConfig::default());
-        let (server_end, client_end) = tokio::io::duplex(1 << 16);
-        let served = tokio::spawn(async move {
-            let _ = server
-                .serve(tokio::io::split(server_end), std::future::pending())
-                .await;
-        });
-        let gateway = ().serve(tokio::io::split(client_end)).await.expect("a client of dsh");
+        let gateway = connect_to(registry).await;
         let gateway_p50 = call_p50(&gateway, &dsh_mcp::tool_name("up", "pid"), SAMPLES).await;
         let _ = gateway.cancel().await;
-        served.abort();
-        harness.shutdown().await;
         upstream.shutdown().await;
 
         let b = "serve/gateway_ratio";
