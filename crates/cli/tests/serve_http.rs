@@ -26,45 +26,22 @@
 
 mod common;
 
+use common::serve::{HttpServe, post, sdks};
 use common::{check, log_events};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SERVE: &str = "DSH_CLI_TEST_MCP_SERVER";
 const TOKEN: &str = "s3cret-token-for-the-tests";
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Installs the SDKs (or finds them installed): the Python interpreter and the NODE_PATH.
-fn sdks() -> (String, String) {
-    let out = Command::new("bash")
-        .arg(repo().join("scripts/mcp-sdks.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("bash runs scripts/mcp-sdks.sh");
-    assert!(
-        out.status.success(),
-        "scripts/mcp-sdks.sh could not install the MCP SDKs (see above)"
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let get = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("scripts/mcp-sdks.sh printed no {key}: {text}"))
-            .to_string()
-    };
-    (get("python"), get("node_path"))
-}
-
 /// A running `dsh serve --http` and its folders.
 struct Server {
-    child: Child,
+    /// First, so dsh is stopped before its folders are removed.
+    serve: HttpServe,
     /// `host:port`.
     addr: String,
     ws: PathBuf,
@@ -100,7 +77,8 @@ impl Server {
         let tokens = dir.path().join("tokens");
         std::fs::write(&tokens, format!("another-token\n\n{TOKEN}\n")).unwrap();
         let logs = dir.path().join("logs");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        command
             .args(["serve", "--http", "127.0.0.1:0"])
             .arg("--workspace")
             .arg(&ws)
@@ -111,32 +89,11 @@ impl Server {
             .arg("--mcp")
             .arg(&config)
             .arg("--token-file")
-            .arg(&tokens)
-            .env_remove("DSH_SERVE_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                eprintln!("[dsh] {line}");
-                if !sent && let Some(rest) = line.split("http://").nth(1) {
-                    let addr = rest.split('/').next().unwrap_or_default().to_string();
-                    let _ = tx.send(addr);
-                    sent = true;
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("dsh serve --http says its URL on stderr");
+            .arg(&tokens);
+        let serve = HttpServe::spawn(command);
+        let addr = serve.addr.clone();
         Server {
-            child,
+            serve,
             addr,
             ws,
             logs,
@@ -145,26 +102,12 @@ impl Server {
     }
 
     fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
+        self.serve.url()
     }
 
     /// SIGTERM; dsh must exit 0 within 20 s.
     fn stop(&mut self) {
-        let pid = self.child.id().to_string();
-        let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(killed.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(
-                    status.success(),
-                    "dsh serve --http after SIGTERM: {status:?}"
-                );
-                return;
-            }
-            assert!(Instant::now() < deadline, "dsh did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.serve.terminate();
     }
 
     /// The logs in the folder (none if it was never made).
@@ -174,82 +117,6 @@ impl Server {
             .unwrap_or_default();
         logs.sort();
         logs
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A response: status, headers (lowercase names), body.
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The JSON-RPC message of an SSE or JSON body that has an `id`.
-    fn message(&self) -> Value {
-        self.body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .chain(std::iter::once(self.body.as_str()))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|v| v.get("id").is_some())
-            .unwrap_or_else(|| panic!("no JSON-RPC answer in {:?}", self.body))
-    }
-}
-
-/// One POST of `body` over a fresh connection (`Connection: close`), read to its end.
-fn post(addr: &str, headers: &[(&str, &str)], body: &Value) -> Reply {
-    let body = body.to_string();
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
-        request.push_str(&format!("Host: {addr}\r\n"));
-    }
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(&body);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Reply {
-        status,
-        headers,
-        body: body.to_string(),
     }
 }
 
@@ -337,13 +204,13 @@ fn drive(program: &str, script: &Path, node_path: Option<&str>) {
 }
 
 fn python_sdk_over_http() {
-    let (python, _) = sdks();
+    let python = sdks().python;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/client_http.py");
     drive(&python, &script, None);
 }
 
 fn typescript_sdk_over_http() {
-    let (_, node_path) = sdks();
+    let node_path = sdks().node_path;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/client_http.cjs");
     drive("node", &script, Some(&node_path));
 }

@@ -17,6 +17,7 @@
 
 mod common;
 
+use common::serve::sdks;
 use common::{check, log_events, replay};
 use serde_json::json;
 use std::io::Write;
@@ -25,31 +26,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const SERVE: &str = "DSH_CLI_TEST_MCP_SERVER";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Installs the SDKs (or finds them installed): the Python interpreter and the NODE_PATH.
-fn sdks() -> (String, String) {
-    let out = Command::new("bash")
-        .arg(repo().join("scripts/mcp-sdks.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("bash runs scripts/mcp-sdks.sh");
-    assert!(
-        out.status.success(),
-        "scripts/mcp-sdks.sh could not install the MCP SDKs (see above)"
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let get = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("scripts/mcp-sdks.sh printed no {key}: {text}"))
-            .to_string()
-    };
-    (get("python"), get("node_path"))
-}
 
 /// A workspace with `notes.txt`, a policy (deny `secret*`, ask `ask-*`), and an MCP config
 /// naming the test server.
@@ -136,13 +112,13 @@ fn drive(program: &str, script: &Path, node_path: Option<&str>) {
 }
 
 fn python_sdk_over_stdio() {
-    let (python, _) = sdks();
+    let python = sdks().python;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/client.py");
     drive(&python, &script, None);
 }
 
 fn typescript_sdk_over_stdio() {
-    let (_, node_path) = sdks();
+    let node_path = sdks().node_path;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/client.cjs");
     drive("node", &script, Some(&node_path));
 }

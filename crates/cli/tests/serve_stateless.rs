@@ -22,13 +22,11 @@
 
 mod common;
 
+use common::serve::{HttpServe, post, sdks};
 use common::{check, log_events};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 const TOKEN_A: &str = "token-of-client-a-for-the-tests";
 const TOKEN_B: &str = "token-of-client-b-for-the-tests";
@@ -36,7 +34,8 @@ const V2026: &str = "2026-07-28";
 
 /// A running `dsh serve --http` and its folders.
 struct Server {
-    child: Child,
+    /// First, so dsh is stopped before its folders are removed.
+    serve: HttpServe,
     addr: String,
     ws: PathBuf,
     logs: PathBuf,
@@ -57,7 +56,8 @@ impl Server {
         let tokens = dir.path().join("tokens");
         std::fs::write(&tokens, format!("{TOKEN_A}\n{TOKEN_B}\n")).unwrap();
         let logs = dir.path().join("logs");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        command
             .args(["serve", "--http", "127.0.0.1:0"])
             .arg("--workspace")
             .arg(&ws)
@@ -66,31 +66,11 @@ impl Server {
             .arg("--policy")
             .arg(&policy)
             .arg("--token-file")
-            .arg(&tokens)
-            .env_remove("DSH_SERVE_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                eprintln!("[dsh] {line}");
-                if !sent && let Some(rest) = line.split("http://").nth(1) {
-                    let _ = tx.send(rest.split('/').next().unwrap_or_default().to_string());
-                    sent = true;
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("dsh serve --http says its URL on stderr");
+            .arg(&tokens);
+        let serve = HttpServe::spawn(command);
+        let addr = serve.addr.clone();
         Server {
-            child,
+            serve,
             addr,
             ws,
             logs,
@@ -100,26 +80,7 @@ impl Server {
 
     /// SIGTERM; dsh must exit 0 within 20 s.
     fn stop(&mut self) {
-        let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(
-                    status.success(),
-                    "dsh serve --http after SIGTERM: {status:?}"
-                );
-                return;
-            }
-            assert!(Instant::now() < deadline, "dsh did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.serve.terminate();
     }
 
     /// The file names in the log folder (none if it was never made).
@@ -182,7 +143,7 @@ impl Server {
             all.push(("Mcp-Name", name));
         }
         all.extend_from_slice(headers);
-        post(&self.addr, &all, &body)
+        post(&self.addr, &all, &body).message()
     }
 
     /// A `tools/call` of the 2026-07-28 era: the JSON-RPC answer.
@@ -221,48 +182,6 @@ impl Server {
             true,
         )
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One POST over a fresh connection, read to its end: the JSON-RPC answer (of a JSON body or
-/// of an SSE stream's `data:` lines).
-fn post(addr: &str, headers: &[(&str, &str)], body: &Value) -> Value {
-    let body = body.to_string();
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(&body);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    assert!(
-        head.starts_with("HTTP/1.1 "),
-        "not an HTTP response: {text:?}"
-    );
-    body.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .chain(std::iter::once(body))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find(|v| v.get("id").is_some())
-        .unwrap_or_else(|| panic!("no JSON-RPC answer in {text:?}"))
 }
 
 /// The text of a `tools/call` result, asserting it is a complete result.
@@ -501,7 +420,8 @@ fn hostile_session_names_are_refused_and_create_nothing() {
             "io.modelcontextprotocol/clientCapabilities": {},
             "dev.dsh/session": ["../x"],
         }}}),
-    );
+    )
+    .message();
     assert!(
         error_message(&answer).contains("dev.dsh/session"),
         "{answer}"
@@ -790,31 +710,12 @@ mod rmcp_client {
     }
 }
 
-/// Installs the SDKs (or finds them installed): the Python interpreter.
-fn python_sdk() -> String {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new("bash")
-        .arg(repo.join("scripts/mcp-sdks.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("bash runs scripts/mcp-sdks.sh");
-    assert!(
-        out.status.success(),
-        "scripts/mcp-sdks.sh could not install the MCP SDKs (see above)"
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("python="))
-        .unwrap_or_else(|| panic!("scripts/mcp-sdks.sh printed no python: {text}"))
-        .to_string()
-}
-
 /// The official Python SDK (`mcp` 2.3.0) in the 2026-07-28 era: `tests/sdk/client_stateless.py`
 /// (a session named by header, read then edit, an ask answered yes and no through its
 /// elicitation callback; another named by `_meta`, where the edit is refused).
 #[test]
 fn python_sdk_of_the_2026_era() {
-    let python = python_sdk();
+    let python = sdks().python;
     let mut server = Server::start();
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/client_stateless.py");

@@ -135,6 +135,7 @@ pub fn log_events(log: &Path) -> Vec<Value> {
         .collect()
 }
 pub mod pg;
+pub mod serve;
 
 /// The Claude Code session-file fixture (`tests/fixtures/claude-code-session.jsonl`) with its
 /// placeholder replaced by the workspace, written as `dir/session.jsonl`.
