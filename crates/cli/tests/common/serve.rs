@@ -146,7 +146,11 @@ impl Reply {
 /// One `POST /mcp` of `body` over a fresh connection (`Connection: close`), read to its end.
 /// A `Host` header naming `addr` is sent unless `headers` has one.
 pub fn post(addr: &str, headers: &[(&str, &str)], body: &Value) -> Reply {
-    let body = body.to_string();
+    post_text(addr, headers, &body.to_string())
+}
+
+/// [`post`] of any text (garbage included); panics unless the answer is an HTTP response.
+pub fn post_text(addr: &str, headers: &[(&str, &str)], body: &str) -> Reply {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
@@ -163,7 +167,7 @@ pub fn post(addr: &str, headers: &[(&str, &str)], body: &Value) -> Reply {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
-    request.push_str(&body);
+    request.push_str(body);
     stream.write_all(request.as_bytes()).unwrap();
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
