@@ -281,15 +281,12 @@ impl ShellTool {
                     path: config.workspace.clone(),
                     source,
                 })?;
-        let spill_dir = match &config.spill_dir {
+        // Made by the first call that spills: a session without one leaves no folder.
+        let spill_dir = crate::spill::resolved(&match &config.spill_dir {
             Some(dir) if dir.is_absolute() => dir.clone(),
             Some(dir) => workspace.join(dir),
             None => workspace.join(".dsh").join("spill"),
-        };
-        std::fs::create_dir_all(&spill_dir).map_err(|source| ShellError::SpillDir {
-            path: spill_dir.clone(),
-            source,
-        })?;
+        });
         let spill = Arc::new(SpillDir::new(spill_dir, config.limits.keep_spilled_calls));
         Ok(ShellTool {
             config,
@@ -550,9 +547,6 @@ impl ToolDefinition for ShellTool {
         let limits = &self.config.limits;
         let private = PrivateDir::new()
             .map_err(|e| ToolFailure::new(format!("no private temp folder: {e}")))?;
-        if let Err(e) = std::fs::create_dir_all(self.spill.path()) {
-            tracing::warn!(error = %e, "the spill folder cannot be created");
-        }
         let prepared = sandbox::prepare(
             &self.config.sandbox,
             &self.workspace,
