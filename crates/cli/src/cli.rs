@@ -187,6 +187,11 @@ pub struct RunArgs {
     /// allowed), and for a denial the error `code` the call would get.
     #[arg(long)]
     pub dry_run: bool,
+    /// Print what this command line means on stderr (the tools, the rules, the hooks, the MCP
+    /// servers, the shell's sandbox, the log, dsh's own files) and exit 0 without starting
+    /// anything: no log is opened, no server started, no tool run.
+    #[arg(long)]
+    pub print_plan: bool,
     #[command(flatten)]
     pub options: PipelineOptions,
 }
@@ -241,6 +246,11 @@ pub struct ServeArgs {
     /// `Origin`), besides `localhost`, loopback addresses and the address they connected to.
     #[arg(long, value_name = "NAME", requires = "http")]
     pub allow_host: Vec<String>,
+    /// Print what this command line means on stderr (the tools, the rules, the hooks, the MCP
+    /// servers, the shell's sandbox, the log, dsh's own files) and exit 0 without starting
+    /// anything: no log is opened, no server started, no tool run.
+    #[arg(long)]
+    pub print_plan: bool,
     #[command(flatten)]
     pub options: PipelineOptions,
 }

@@ -11,6 +11,7 @@ mod demo;
 mod error;
 mod harness;
 mod output;
+mod plan;
 mod policy_paths;
 mod replay;
 mod run;
@@ -49,6 +50,7 @@ fn main() -> ExitCode {
     };
     let mut out = JsonLines::default();
     let result: Result<u8, CliError> = match cli.command {
+        Command::Run(args) if args.print_plan => run::print_plan(&args),
         Command::Run(args) if args.dry_run => {
             if args.log.is_some() || args.store.store.is_some() {
                 note("--dry-run: the log is not opened or written");

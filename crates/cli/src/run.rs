@@ -316,6 +316,23 @@ pub struct DryRunPlan<'a> {
     pub options: &'a PipelineOptions,
 }
 
+/// `dsh run --print-plan`: what the command line means, on stderr; nothing starts.
+pub fn print_plan(args: &crate::cli::RunArgs) -> Result<u8, CliError> {
+    if args.dry_run {
+        let logs = harness::Logs::Judged;
+        return harness::print_plan(
+            &args.workspace,
+            logs,
+            &args.transcript,
+            &args.options,
+            "run --dry-run",
+        );
+    }
+    let log = crate::store::LogTarget::new(args.log.as_ref(), &args.store)?;
+    let logs = harness::Logs::One(&log);
+    harness::print_plan(&args.workspace, logs, &log.label(), &args.options, "run")
+}
+
 /// `dsh run --dry-run`: judges every call of the transcript (prepare: command hooks, rules,
 /// confinement, guards, and read-before-edit simulated from the transcript's own earlier
 /// reads) and prints one JSON line per call; runs no tool body, opens no log. Returns the exit

@@ -20,6 +20,9 @@ const SIGTERM: i32 = 15;
 /// Serves until stdin ends (exit 0) or a signal comes (130 or 143); either way the calls in
 /// flight are recorded as aborted and the log is closed.
 pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
+    if args.print_plan {
+        return print_plan(args);
+    }
     if let Some(addr) = &args.http {
         return serve_http(rt, args, addr);
     }
@@ -98,6 +101,22 @@ pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
             u8::try_from(128 + signal).unwrap_or(u8::MAX)
         })
     })
+}
+
+/// `dsh serve --print-plan`: what the command line means, on stderr; nothing starts.
+fn print_plan(args: &ServeArgs) -> Result<u8, CliError> {
+    if args.http.is_some() {
+        let folder = args.log.as_deref().ok_or_else(|| {
+            CliError::Usage(
+                "--http needs --log DIR: the folder of the client sessions' logs".into(),
+            )
+        })?;
+        let logs = harness::Logs::Folder(folder);
+        return harness::print_plan(&args.workspace, logs, folder, &args.options, "serve --http");
+    }
+    let log = crate::store::LogTarget::new(args.log.as_ref(), &args.store)?;
+    let logs = harness::Logs::One(&log);
+    harness::print_plan(&args.workspace, logs, &log.label(), &args.options, "serve")
 }
 
 /// The bearer tokens of `--token-file` (one a line, blank lines skipped) and `DSH_SERVE_TOKEN`.
