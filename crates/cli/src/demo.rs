@@ -2,7 +2,7 @@
 
 use crate::cli::{DemoArgs, FormatArg};
 use crate::error::CliError;
-use crate::output::{JsonLines, note};
+use crate::output::{JsonLines, note_lines, shell_word};
 use crate::run::{self, RunPlan, TranscriptSource};
 use std::path::{Path, PathBuf};
 use tokio::runtime::Runtime;
@@ -87,16 +87,22 @@ pub fn demo(rt: &Runtime, args: &DemoArgs, out: &mut JsonLines) -> Result<u8, Cl
         FormatArg::Openai => "openai",
         FormatArg::Anthropic => "anthropic",
     };
-    note(format!(
-        "demo done. The edited sample project: {}\n     \
-         The session log: {}\n     \
-         Rebuild what the model saw from the log: cargo run -p dsh-cli -- replay {} --format {format}\n     \
-         Verify the log's invariants:             cargo run -p dsh-cli -- check {}",
-        workspace.display(),
-        log.display(),
-        log.display(),
-        log.display()
-    ));
+    // The paths are the user's (`--dir`) or the system's temporary folder: escaped, and
+    // quoted in the commands so that pasting one names the same file.
+    let log_word = shell_word(&log.display().to_string()).into_owned();
+    note_lines([
+        format!(
+            "demo done. The edited sample project: {}",
+            workspace.display()
+        ),
+        format!("The session log: {}", log.display()),
+        format!(
+            "Rebuild what the model saw from the log: cargo run -p dsh-cli -- replay {log_word} --format {format}"
+        ),
+        format!(
+            "Verify the log's invariants:             cargo run -p dsh-cli -- check {log_word}"
+        ),
+    ]);
     Ok(code)
 }
 

@@ -110,6 +110,39 @@ pub fn note(message: impl std::fmt::Display) {
     let _ = writeln!(err, "dsh: {}", printable(&line));
 }
 
+/// Reports a message of several lines on stderr: the first prefixed with `dsh: `, the others
+/// indented under it. The line breaks are dsh's own; each line is made [`printable`], so text
+/// from outside (a path, a name) cannot start a line of its own.
+pub fn note_lines<I, L>(lines: I)
+where
+    I: IntoIterator<Item = L>,
+    L: std::fmt::Display,
+{
+    let mut text = String::new();
+    for (i, line) in lines.into_iter().enumerate() {
+        let prefix = if i == 0 { "dsh: " } else { "     " };
+        text.push_str(prefix);
+        text.push_str(&printable(&line.to_string()));
+        text.push('\n');
+    }
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// `text` as one word of a POSIX shell command line: as it is when it holds only characters
+/// no shell treats specially, else in single quotes. Pasting a command dsh suggests must
+/// name the same file.
+pub fn shell_word(text: &str) -> Cow<'_, str> {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
+    if plain {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(format!("'{}'", text.replace('\'', r"'\''")))
+    }
+}
+
 /// Text made safe for a terminal: control characters (C0 including newlines, DEL, C1) and the
 /// invisible bidirectional controls are shown escaped (`\u{1b}`), so text from the model
 /// cannot move the cursor, clear a line, start a fake line of its own or reorder what
@@ -160,6 +193,18 @@ mod tests {
             "bidi override"
         );
         assert_eq!(printable("naïve ✓"), "naïve ✓", "other text stays");
+    }
+
+    #[test]
+    fn shell_words_name_the_same_file() {
+        assert_eq!(
+            shell_word("/tmp/dsh-demo-1/session.jsonl"),
+            "/tmp/dsh-demo-1/session.jsonl"
+        );
+        assert_eq!(shell_word("/tmp/my demo/s.jsonl"), "'/tmp/my demo/s.jsonl'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word("$(rm -rf ~)"), "'$(rm -rf ~)'");
+        assert_eq!(shell_word(""), "''");
     }
 
     #[test]
