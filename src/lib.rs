@@ -40,3 +40,31 @@ pub use dsh_tool_fs as tool_fs;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The book's chapters (`docs/src/`), compiled as doctests: their Rust samples build against
+/// these crates in `cargo test`, which `mdbook test` could not do. `tests/book.rs` checks the
+/// links.
+#[cfg(doctest)]
+mod book {
+    macro_rules! chapters {
+        ($($name:ident: $file:literal),* $(,)?) => {
+            $(
+                #[doc = include_str!(concat!("../docs/src/", $file))]
+                pub struct $name;
+            )*
+        };
+    }
+    chapters! {
+        Introduction: "introduction.md",
+        Concepts: "concepts.md",
+        Policy: "policy.md",
+        ShellSandbox: "shell-sandbox.md",
+        Serving: "serving.md",
+        PostgresSessions: "postgres-sessions.md",
+        ClaudeCode: "claude-code.md",
+        Operations: "operations.md",
+        Benchmarks: "benchmarks.md",
+        Embedding: "embedding.md",
+        Design: "design.md",
+    }
+}
