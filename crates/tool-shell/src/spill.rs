@@ -171,7 +171,7 @@ fn create_in(dir: &Path, name: &str, stream: &str) -> std::io::Result<(PathBuf, 
 pub(crate) fn resolved(dir: &Path) -> PathBuf {
     let mut existing = dir.to_path_buf();
     let mut rest = Vec::new();
-    while let Err(_) = existing.canonicalize() {
+    while existing.canonicalize().is_err() {
         match (existing.file_name(), existing.parent()) {
             (Some(name), Some(parent)) => {
                 rest.push(name.to_os_string());
