@@ -19,6 +19,28 @@
 //!
 //! `unsafe` is denied in this crate and allowed in one module, `process/child.rs`: the fork
 //! and what runs between fork and exec.
+//!
+//! ## The parts
+//!
+//! - `process/`: every fork happens on one spawner thread that lives as long as dsh (a
+//!   parent-death signal fires when the forking thread exits). dsh forks a keeper (parent-death
+//!   signal, `setsid`, the namespaces, the mounts), which forks an init (PID 1 of the call, or
+//!   a child subreaper where the kernel gives no PID namespace), which forks `bash -c COMMAND`.
+//!   init reports the command's status on a report pipe and obeys a control pipe: `T` is
+//!   SIGTERM to every process of the call, `K` SIGKILL, and the end of the pipe (dsh's death)
+//!   kills everything.
+//! - `sandbox/`: prepared in dsh per call. Mounts first (the workspace and the ancestors of a
+//!   protected path bound onto themselves, read-only paths bound read-only, hidden paths
+//!   covered), then Landlock (write only the workspace and the call's `TMPDIR`), then seccomp
+//!   with the network off (`socket` only for `AF_UNIX`; no `io_uring`, `ptrace`).
+//! - `capture` and `spill`: each stream keeps 256 KiB of head and of tail; the model sees 8 KiB
+//!   and 24 KiB; a cut stream goes whole (up to 64 MiB) to a spill file, in a folder made by the
+//!   first call that spills and reached without following symlinks.
+//! - `env`: names like `*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*` and `LD_*` are removed.
+//! - `parse`: one permission subject per simple command, wherever it sits in the script.
+//!
+//! The book's chapter "The shell sandbox" (`docs/src/shell-sandbox.md`) says what each kernel
+//! gives and what the sandbox does not hold.
 #![cfg_attr(
     not(test),
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
