@@ -14,12 +14,18 @@
 //!   the assignments, wrappers (`env`, `sudo`, `nohup`, `timeout 5`, `xargs`, …), a directory
 //!   (`/bin/rm` → `rm`), and the script of `bash -c '…'` and `eval '…'`. These extra subjects
 //!   bind `allow` too: a call is allowed only when all of them are.
+//! - An expansion that can run code the parser does not see as a command (arithmetic on
+//!   names, `${x@P}`, `${!x}`, an operator's word holding an expansion: `hidden_code`)
+//!   adds one dynamic subject: no `allow` rule with a pattern covers the command, and every
+//!   `deny` and `ask` rule matches it.
 //! - A command the parser cannot read whole is one dynamic subject: no `allow` rule with a
 //!   pattern covers it, and every `deny` rule with one matches it.
 
 use dsh_core::command_words::{Word, encode, encode_variant};
 use std::collections::BTreeSet;
 use tree_sitter::{Node, Parser};
+
+mod hidden_code;
 
 /// How deep `bash -c` and `eval` scripts are followed.
 const MAX_NESTING: usize = 4;
@@ -92,6 +98,9 @@ fn collect(source: &str, nesting: usize, out: &mut Vec<Subject>) -> Option<()> {
     let bytes = source.as_bytes();
     let mut stack = vec![root];
     while let Some(node) = stack.pop() {
+        if hidden_code::runs_hidden_code(node, bytes) {
+            add_unknown(out);
+        }
         match node.kind() {
             "command" => add_command(command_words(node, bytes), nesting, out)?,
             "declaration_command" | "unset_command" => {
