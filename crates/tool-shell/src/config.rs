@@ -16,7 +16,7 @@ pub enum SandboxMode {
     #[default]
     WorkspaceWrite,
     /// No sandbox at all: only when the user asks for it by name. Processes are still
-    /// supervised (nothing outlives the call) and the environment still scrubbed.
+    /// supervised (nothing outlives the call) and the environment still the core set.
     Full,
 }
 
@@ -185,7 +185,9 @@ pub struct ShellConfig {
     pub sandbox: SandboxConfig,
     /// Where cut output goes (default `.dsh/spill` in the workspace).
     pub spill_dir: Option<PathBuf>,
-    /// Variables kept although their names look secret (`*KEY*`, `*TOKEN*`, …, `LD_*`).
+    /// Variables passed to commands besides the core set (`PATH`, `HOME`, `LANG`, `LC_*`,
+    /// `TERM`, `TZ`, `USER`, `LOGNAME`, `SHELL`, `TMPDIR`): exact names, or a prefix ending
+    /// in `*` (`CARGO_*`). Every other variable of dsh's environment stays out.
     pub pass_env: Vec<String>,
     /// The environment commands start from, before scrubbing (default: dsh's own).
     pub base_env: Option<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
@@ -218,7 +220,8 @@ impl ShellConfig {
         self
     }
 
-    /// Keeps a variable the scrubbing would remove.
+    /// Passes a variable (or, ending in `*`, every variable with that prefix) to commands
+    /// besides the core set.
     pub fn pass_env(mut self, name: impl Into<String>) -> ShellConfig {
         self.pass_env.push(name.into());
         self

@@ -12,6 +12,8 @@
 //!   TCP and no abstract Unix socket outside; signals only inside. Landlock grants whole
 //!   subtrees, which is why the mounts carry the exceptions inside the workspace.
 //!
+//! Whatever the network setting, the command joins a session keyring of its own and a seccomp
+//! filter refuses the keyring calls (`keyctl`, `add_key`, `request_key`).
 //! With the network off, a seccomp filter (`seccomp.rs`: no socket but AF_UNIX, no io_uring,
 //! no ptrace) and Landlock's TCP rules and abstract-socket scope are added; on a kernel whose
 //! Landlock cannot scope abstract sockets, a network namespace (no interface but a down
@@ -171,6 +173,11 @@ fn network_filter() -> Result<BpfProgram, String> {
     FILTER.get_or_init(seccomp::network_off).clone()
 }
 
+fn always_filter() -> Result<BpfProgram, String> {
+    static FILTER: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    FILTER.get_or_init(seccomp::always).clone()
+}
+
 /// Prepares the sandbox of one call. `protected` are the paths the tool itself keeps
 /// read-only (`.git/hooks`, `.git/config`, the spill folder). An `Err` names what is missing;
 /// the call is then `DENIED`.
@@ -201,11 +208,10 @@ pub(crate) fn prepare(
         writable,
         network_off: !config.network,
     })?;
-    let seccomp = if config.network {
-        Vec::new()
-    } else {
-        vec![network_filter()?]
-    };
+    let mut seccomp = vec![always_filter()?];
+    if !config.network {
+        seccomp.push(network_filter()?);
+    }
     // The command keeps its own uid and gid inside the user namespace.
     let uid = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
