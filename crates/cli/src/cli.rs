@@ -278,6 +278,11 @@ pub struct PipelineOptions {
     /// Let `shell` commands use the network (off by default).
     #[arg(long)]
     pub shell_network: bool,
+    /// Pass this variable of dsh's environment to `shell` commands, besides the core set
+    /// (`PATH`, `HOME`, `LANG`, `LC_*`, `TERM`, `TZ`, `USER`, `LOGNAME`, `SHELL`, `TMPDIR`);
+    /// `PREFIX*` passes a family (`CARGO_*`). Repeatable; adds to the policy's `[shell] env`.
+    #[arg(long = "shell-env", value_name = "NAME", value_parser = crate::shell_env::parse_name)]
+    pub shell_env: Vec<String>,
     /// Where the `shell` tool saves output too long to show (default `.dsh/spill` in the
     /// workspace, where `read_file` can read it; commands cannot write there).
     #[arg(long, value_name = "DIR")]

@@ -790,6 +790,7 @@ fn register_shell(
         }
     }
     let mut config = ShellConfig::new(root).sandbox(sandbox);
+    config.pass_env = crate::shell_env::names(options, rules);
     if let Some(dir) = &options.spill_dir {
         let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
         config = config.spill_dir(dir);
