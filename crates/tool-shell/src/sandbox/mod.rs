@@ -20,6 +20,7 @@
 //! loopback) as well. The command also loses every capability and gets
 //! `no_new_privs`. Anything that cannot be set up makes the call `DENIED`, never unsandboxed.
 
+mod cleanup;
 mod landlock;
 mod seccomp;
 
@@ -52,6 +53,15 @@ pub(crate) struct Prepared {
 /// empty stand-ins mounted over hidden paths, which the command cannot touch).
 pub(crate) struct PrivateDir {
     dir: tempfile::TempDir,
+}
+
+/// Nothing of a call outlives it: the folder goes whatever the command left in it.
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if let Err(e) = cleanup::remove_tree(self.dir.path()) {
+            tracing::warn!(path = %self.dir.path().display(), error = %e, "the call's private folder could not be removed");
+        }
+    }
 }
 
 impl PrivateDir {
