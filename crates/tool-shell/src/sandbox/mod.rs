@@ -97,14 +97,29 @@ fn cstring(path: &Path) -> Result<CString, String> {
         .map_err(|_| format!("{} holds a NUL byte", path.display()))
 }
 
-/// `path` made absolute (from the workspace) with its symlinks resolved, if it exists.
-fn existing(workspace: &Path, path: &Path) -> Option<PathBuf> {
+/// `path` made absolute (from the workspace) with its symlinks resolved; `None` when it does
+/// not exist (nothing to protect). Any other failure to resolve it (permission denied on a
+/// folder a command locked, a symlink loop) is an `Err` naming it: the sandbox must never be
+/// built with a piece missing.
+fn existing(workspace: &Path, path: &Path) -> Result<Option<PathBuf>, String> {
     let absolute = if path.is_absolute() {
         path.to_path_buf()
     } else {
         workspace.join(path)
     };
-    absolute.canonicalize().ok()
+    match absolute.canonicalize() {
+        Ok(resolved) => Ok(Some(resolved)),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!(
+            "{} must be protected or hidden but cannot be resolved: {e}",
+            absolute.display()
+        )),
+    }
 }
 
 /// The mounts: private propagation, the workspace, then each protected path's ancestors inside
@@ -122,17 +137,20 @@ fn mounts(
             read_only: config.mode == SandboxMode::ReadOnly,
         },
     ];
-    let read_only: BTreeSet<PathBuf> = protected
-        .iter()
-        .chain(&config.read_only_paths)
-        .filter_map(|p| existing(workspace, p))
-        .filter(|p| p != workspace)
-        .collect();
-    let hidden: BTreeSet<PathBuf> = config
-        .hidden_paths
-        .iter()
-        .filter_map(|p| existing(workspace, p))
-        .collect();
+    let mut read_only: BTreeSet<PathBuf> = BTreeSet::new();
+    for path in protected.iter().chain(&config.read_only_paths) {
+        if let Some(path) = existing(workspace, path)?
+            && path != workspace
+        {
+            read_only.insert(path);
+        }
+    }
+    let mut hidden: BTreeSet<PathBuf> = BTreeSet::new();
+    for path in &config.hidden_paths {
+        if let Some(path) = existing(workspace, path)? {
+            hidden.insert(path);
+        }
+    }
     let mut ancestors = BTreeSet::new();
     for path in read_only.iter().chain(&hidden) {
         if let Ok(inside) = path.strip_prefix(workspace) {
@@ -164,8 +182,11 @@ fn mounts(
     covered.sort_by_key(|(p, _)| depth(p));
     for (path, hide) in covered {
         if hide {
+            let is_dir = std::fs::metadata(&path)
+                .map_err(|e| format!("{} must be hidden but cannot be read: {e}", path.display()))?
+                .is_dir();
             ops.push(MountOp::Cover {
-                source: cstring(&private.stand_in(path.is_dir()))?,
+                source: cstring(&private.stand_in(is_dir))?,
                 target: cstring(&path)?,
             });
         } else {
