@@ -788,6 +788,9 @@ fn register_shell(
         for path in hidden {
             sandbox = sandbox.hidden_path(path);
         }
+        for path in crate::outside_paths::hidden(root, rules)? {
+            sandbox = sandbox.hidden_path(path);
+        }
     }
     let mut config = ShellConfig::new(root).sandbox(sandbox);
     config.pass_env = crate::shell_env::names(options, rules);

@@ -11,6 +11,7 @@ mod demo;
 mod error;
 mod harness;
 mod output;
+mod outside_paths;
 mod policy_paths;
 mod replay;
 mod run;
