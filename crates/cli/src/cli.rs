@@ -271,7 +271,7 @@ pub struct PipelineOptions {
     #[arg(long)]
     pub read_only: bool,
     /// The `shell` tool's OS sandbox: `workspace-write` (write only the workspace, but
-    /// `.git/hooks`, `.git/config` and dsh's own files, and a private temp folder),
+    /// the `.git` folder and dsh's own files, and a private temp folder),
     /// `read-only` (write nothing), or `full` (no sandbox: only if you mean it).
     #[arg(long, value_enum, default_value_t = ShellSandboxArg::WorkspaceWrite, value_name = "MODE")]
     pub shell_sandbox: ShellSandboxArg,

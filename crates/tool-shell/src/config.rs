@@ -12,7 +12,7 @@ pub enum SandboxMode {
     /// Read everything (but hidden paths); write nothing but the call's private temp folder.
     ReadOnly,
     /// Read everything (but hidden paths); write only the workspace (but read-only paths, such
-    /// as `.git/hooks` and `.git/config`) and the call's private temp folder. The default.
+    /// as the `.git` folder) and the call's private temp folder. The default.
     #[default]
     WorkspaceWrite,
     /// No sandbox at all: only when the user asks for it by name. Processes are still
@@ -49,7 +49,8 @@ impl FromStr for SandboxMode {
 /// - `read_only_paths`: every path a command must not write although its mode would let it:
 ///   paths a rule denies writing (`write_file`'s deny rules, the intent rules), dsh's own files
 ///   (the log, the policy, the hook settings and scripts). They become read-only bind mounts.
-///   `.git/hooks`, `.git/config` and the spill folder are added by the tool itself.
+///   The `.git` folder (and a `gitdir:` file's target) and the spill folder are added by the
+///   tool itself.
 /// - `hidden_paths`: every path a rule denies reading. An empty, unreadable file or folder is
 ///   mounted over each.
 ///
