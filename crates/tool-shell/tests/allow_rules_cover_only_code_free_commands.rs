@@ -23,6 +23,8 @@ const HIDDEN_CODE: &[&str] = &[
     "x='a[$(touch pwned)]'; git status; a[x]=1",
     "git status ${x:='$(touch pwned)'} \"${x@E}\"",
     "git status ${x:=pwned} ${!x}",
+    "x='$(touch pwned)'; git status <<EOF\n${x@P}\nEOF",
+    "x='a[$(touch pwned)]'; git status <<< $((x))",
 ];
 
 fn rules() -> PermissionRules {

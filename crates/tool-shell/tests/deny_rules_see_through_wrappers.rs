@@ -29,6 +29,9 @@ const WRAPPED: &[&str] = &[
     "unshare rm victim",
     "nice -n 5 ionice -c 3 rm victim",
     "xargs -n 1 rm <<< victim",
+    "bash /dev/stdin <<< 'rm victim'",
+    ". /dev/stdin <<< 'rm victim'",
+    "source <(echo rm victim)",
 ];
 
 /// More of them, judged by classification alone (their programs need more than the sandbox

@@ -6,7 +6,7 @@
 //!   suffix of the words after it is a candidate command.
 //! - `find -exec CMD … ;` (and `-execdir`, `-ok`, `-okdir`) runs `CMD …`.
 //! - Scripts: a shell's `-c` argument (after any options and `--`), a shell's stdin when it
-//!   is a here-string or here-document, `eval`'s words, `trap`'s action, `env -S`'s string,
+//!   is a here-string or here-document (also as `/dev/stdin`, and for `source`), `eval`'s words, `trap`'s action, `env -S`'s string,
 //!   `watch`'s words, the `-c` of `su`, `runuser`, `script` and `flock`.
 //! - What cannot be read before it runs (a script from a pipe or a file redirection, a
 //!   dynamic word where a script goes, programs that schedule or multiplex commands such as
@@ -234,6 +234,13 @@ pub(super) fn script_of(name: &str, words: &[Word], stdin: &Stdin) -> Script {
     }
     match name {
         "eval" => join(&words[1..]),
+        "source" | "." => match words.get(1) {
+            None => Script::None,
+            Some(Word::Literal(file)) if reads_stdin(file) => from_stdin(stdin),
+            Some(Word::Literal(_)) => Script::None,
+            // `source <(…)`, `source "$F"`: what it reads is not known.
+            Some(Word::Dynamic) => Script::Unknown,
+        },
         "trap" => trap_action(words),
         "env" => split_string(words),
         "watch" => {
@@ -301,13 +308,26 @@ fn shell_script(words: &[Word], stdin: &Stdin) -> Script {
     }
     match words.get(i) {
         Some(Word::Dynamic) => Script::Unknown,
+        Some(Word::Literal(file)) if reads_stdin(file) => from_stdin(stdin),
         // A script file: what it holds is not known here.
         Some(Word::Literal(_)) if !read_stdin => Script::None,
-        _ => match stdin {
-            Stdin::Inherited => Script::None,
-            Stdin::Script(script) => Script::Text(script.clone()),
-            Stdin::Unknown => Script::Unknown,
-        },
+        _ => from_stdin(stdin),
+    }
+}
+
+/// A script file that is the standard input under another name.
+fn reads_stdin(file: &str) -> bool {
+    matches!(
+        file,
+        "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0" | "/proc/thread-self/fd/0"
+    )
+}
+
+fn from_stdin(stdin: &Stdin) -> Script {
+    match stdin {
+        Stdin::Inherited => Script::None,
+        Stdin::Script(script) => Script::Text(script.clone()),
+        Stdin::Unknown => Script::Unknown,
     }
 }
 
