@@ -27,10 +27,12 @@ fn a_locked_folder_holding_a_protected_or_hidden_path_denies_the_call() {
     std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
     std::fs::create_dir_all(ws.join("vault/secrets")).unwrap();
     std::fs::write(ws.join("vault/secrets/key"), "TOPSECRET-4711\n").unwrap();
+    std::fs::create_dir_all(ws.join("build/gen")).unwrap();
+    std::fs::write(ws.join("build/gen/a.rs"), "generated\n").unwrap();
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        "allow = [\"shell\"]\ndeny = [\"read_file(vault/secrets/**)\"]\n",
+        "allow = [\"shell\"]\ndeny = [\"read_file(vault/secrets/**)\", \"write_file(build/gen/**)\"]\n",
     )
     .unwrap();
     let call = |id: &str, command: &str| {
@@ -38,11 +40,13 @@ fn a_locked_folder_holding_a_protected_or_hidden_path_denies_the_call() {
                "function": {"name": "shell", "arguments": json!({"command": command}).to_string()}})
     };
     let lock = json!({"role": "assistant", "content": "", "tool_calls": [
-        call("lock", "chmod 000 .git vault && echo locked"),
+        // `.git` itself is read-only (break 3); the folders holding the spill folder, a
+        // hidden path and a read-only path are not.
+        call("lock", "chmod 000 .git; chmod 000 .dsh vault build && echo locked"),
     ]})
     .to_string();
     let exploit = json!({"role": "assistant", "content": "", "tool_calls": [
-        call("use", "chmod 755 .git vault; cat vault/secrets/key; echo 'echo pwned' > .git/hooks/pre-commit; echo '[core] fsmonitor=x' >> .git/config; echo ran"),
+        call("use", "chmod 755 .git .dsh vault build; cat vault/secrets/key; echo pwned > build/gen/a.rs; echo 'echo pwned' > .git/hooks/pre-commit; echo '[core] fsmonitor=x' >> .git/config; echo ran"),
     ]})
     .to_string();
     let t = transcript(dir.path(), "t.jsonl", &[&lock, &exploit]);
@@ -72,6 +76,8 @@ fn a_locked_folder_holding_a_protected_or_hidden_path_denies_the_call() {
         .args(["755"])
         .arg(ws.join(".git"))
         .arg(ws.join("vault"))
+        .arg(ws.join(".dsh"))
+        .arg(ws.join("build"))
         .status();
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
@@ -82,7 +88,7 @@ fn a_locked_folder_holding_a_protected_or_hidden_path_denies_the_call() {
     let used = r.tool_content("use");
     assert!(used.contains("DENIED"), "{used}");
     assert!(
-        used.contains(".git") || used.contains("vault"),
+        used.contains(".dsh") || used.contains("vault") || used.contains("build"),
         "the denial names no path: {used}"
     );
     assert!(
