@@ -281,13 +281,18 @@ pub struct PipelineOptions {
     #[arg(long)]
     pub read_only: bool,
     /// The `shell` tool's OS sandbox: `workspace-write` (write only the workspace, but
-    /// `.git/hooks`, `.git/config` and dsh's own files, and a private temp folder),
+    /// the `.git` folder and dsh's own files, and a private temp folder),
     /// `read-only` (write nothing), or `full` (no sandbox: only if you mean it).
     #[arg(long, value_enum, default_value_t = ShellSandboxArg::WorkspaceWrite, value_name = "MODE")]
     pub shell_sandbox: ShellSandboxArg,
     /// Let `shell` commands use the network (off by default).
     #[arg(long)]
     pub shell_network: bool,
+    /// Pass this variable of dsh's environment to `shell` commands, besides the core set
+    /// (`PATH`, `HOME`, `LANG`, `LC_*`, `TERM`, `TZ`, `USER`, `LOGNAME`, `SHELL`, `TMPDIR`);
+    /// `PREFIX*` passes a family (`CARGO_*`). Repeatable; adds to the policy's `[shell] env`.
+    #[arg(long = "shell-env", value_name = "NAME", value_parser = crate::shell_env::parse_name)]
+    pub shell_env: Vec<String>,
     /// Where the `shell` tool saves output too long to show (default `.dsh/spill` in the
     /// workspace, where `read_file` can read it; commands cannot write there).
     #[arg(long, value_name = "DIR")]

@@ -534,6 +534,7 @@ fn register_shell(registry: &ToolRegistry, plan: &Plan<'_>) -> Result<(), CliErr
     let mut config = ShellConfig::new(&plan.root)
         .sandbox(plan.sandbox.clone())
         .spill_dir(plan.spill_dir.clone());
+    config.pass_env = plan.shell_env.clone();
     if let Some(ms) = plan.timeout_ms {
         let cap = std::time::Duration::from_millis(ms);
         let defaults = ShellLimits::default();

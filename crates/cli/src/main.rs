@@ -11,11 +11,13 @@ mod demo;
 mod error;
 mod harness;
 mod output;
+mod outside_paths;
 mod plan;
 mod policy_paths;
 mod replay;
 mod run;
 mod serve;
+mod shell_env;
 mod store;
 mod tools;
 

@@ -87,6 +87,8 @@ pub struct Plan<'a> {
     pub sandbox: SandboxConfig,
     /// Where `shell` saves output too long to show (made only when a call spills).
     pub spill_dir: PathBuf,
+    /// The variables `shell` commands get beside the core set (`--shell-env`, `[shell] env`).
+    pub shell_env: Vec<String>,
     /// `--timeout-ms`: the cap on every tool's deadline.
     pub timeout_ms: Option<u64>,
     /// `--max-parallel`.
@@ -116,6 +118,7 @@ impl<'a> Plan<'a> {
             Some(dir) => std::path::absolute(dir).unwrap_or_else(|_| dir.clone()),
             None => root.join(".dsh").join("spill"),
         };
+        let shell_env = crate::shell_env::names(options, rules.as_ref().map(|r| &r.merged));
         let mut plan = Plan {
             root,
             logs,
@@ -127,6 +130,7 @@ impl<'a> Plan<'a> {
             mcp,
             sandbox: SandboxConfig::default(),
             spill_dir,
+            shell_env,
             timeout_ms: options.timeout_ms,
             max_parallel: options.max_parallel,
             approve: options.approve,
@@ -252,6 +256,9 @@ fn sandbox(plan: &Plan<'_>, options: &PipelineOptions) -> Result<SandboxConfig, 
             sandbox = sandbox.read_only_path(path);
         }
         for path in hidden {
+            sandbox = sandbox.hidden_path(path);
+        }
+        for path in crate::outside_paths::hidden(&plan.root, &rules.merged)? {
             sandbox = sandbox.hidden_path(path);
         }
     }

@@ -39,6 +39,7 @@ mod error;
 mod guard;
 mod permissions;
 mod set;
+mod shell_policy;
 
 pub use error::GuardsError;
 pub use guard::{FnGuard, Guard, GuardCall, GuardVerdict};
@@ -47,3 +48,4 @@ pub use set::{
     DEFAULT_EVALUATION_TIMEOUT, DEFAULT_POOL_THREADS, GuardOwner, GuardSet, GuardSetMsg,
     GuardSnapshot,
 };
+pub use shell_policy::{ShellPolicy, is_env_name};

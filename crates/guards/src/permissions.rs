@@ -471,6 +471,8 @@ struct RulesFile {
     ask: Vec<String>,
     #[serde(default)]
     deny: Vec<String>,
+    #[serde(default)]
+    shell: crate::shell_policy::ShellPolicy,
 }
 
 /// The permission-rules pre-execute handler, and the same rules as a [`PathPolicy`]. Cheap
@@ -495,6 +497,8 @@ pub struct PermissionRules {
     default: RuleClass,
     /// Tools whose unmatched calls get another class than `default`.
     defaults_for: Arc<Vec<(String, RuleClass)>>,
+    /// The `[shell]` table.
+    shell: Arc<crate::shell_policy::ShellPolicy>,
 }
 
 /// The workspace root, as given and canonical: the policy is asked about resolved paths.
@@ -505,10 +509,12 @@ struct Root {
 }
 
 impl PermissionRules {
-    /// Parses the TOML form (top-level arrays `allow`, `ask`, `deny`).
+    /// Parses the TOML form (top-level arrays `allow`, `ask`, `deny`, and the shell tool's
+    /// `[shell]` table: [`crate::ShellPolicy`]).
     pub fn from_toml(text: &str) -> Result<PermissionRules, GuardsError> {
         let file: RulesFile =
             toml::from_str(text).map_err(|e| GuardsError::InvalidRules(e.to_string()))?;
+        file.shell.check()?;
         let parse = |list: Vec<String>| -> Result<Vec<Rule>, GuardsError> {
             list.iter().map(|r| Rule::parse(r)).collect()
         };
@@ -519,7 +525,13 @@ impl PermissionRules {
             root: None,
             default: file.default.unwrap_or_default(),
             defaults_for: Arc::default(),
+            shell: Arc::new(file.shell),
         })
+    }
+
+    /// The policy file's `[shell]` table (empty when it has none).
+    pub fn shell(&self) -> &crate::shell_policy::ShellPolicy {
+        &self.shell
     }
 
     /// Refuses the rules when one of them names no tool of `known` (see [`KnownTools`]): a

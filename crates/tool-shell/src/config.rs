@@ -12,11 +12,11 @@ pub enum SandboxMode {
     /// Read everything (but hidden paths); write nothing but the call's private temp folder.
     ReadOnly,
     /// Read everything (but hidden paths); write only the workspace (but read-only paths, such
-    /// as `.git/hooks` and `.git/config`) and the call's private temp folder. The default.
+    /// as the `.git` folder) and the call's private temp folder. The default.
     #[default]
     WorkspaceWrite,
     /// No sandbox at all: only when the user asks for it by name. Processes are still
-    /// supervised (nothing outlives the call) and the environment still scrubbed.
+    /// supervised (nothing outlives the call) and the environment still the core set.
     Full,
 }
 
@@ -49,7 +49,8 @@ impl FromStr for SandboxMode {
 /// - `read_only_paths`: every path a command must not write although its mode would let it:
 ///   paths a rule denies writing (`write_file`'s deny rules, the intent rules), dsh's own files
 ///   (the log, the policy, the hook settings and scripts). They become read-only bind mounts.
-///   `.git/hooks`, `.git/config` and the spill folder are added by the tool itself.
+///   The `.git` folder (and a `gitdir:` file's target) and the spill folder are added by the
+///   tool itself.
 /// - `hidden_paths`: every path a rule denies reading. An empty, unreadable file or folder is
 ///   mounted over each.
 ///
@@ -185,7 +186,9 @@ pub struct ShellConfig {
     pub sandbox: SandboxConfig,
     /// Where cut output goes (default `.dsh/spill` in the workspace).
     pub spill_dir: Option<PathBuf>,
-    /// Variables kept although their names look secret (`*KEY*`, `*TOKEN*`, …, `LD_*`).
+    /// Variables passed to commands besides the core set (`PATH`, `HOME`, `LANG`, `LC_*`,
+    /// `TERM`, `TZ`, `USER`, `LOGNAME`, `SHELL`, `TMPDIR`): exact names, or a prefix ending
+    /// in `*` (`CARGO_*`). Every other variable of dsh's environment stays out.
     pub pass_env: Vec<String>,
     /// The environment commands start from, before scrubbing (default: dsh's own).
     pub base_env: Option<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
@@ -218,7 +221,8 @@ impl ShellConfig {
         self
     }
 
-    /// Keeps a variable the scrubbing would remove.
+    /// Passes a variable (or, ending in `*`, every variable with that prefix) to commands
+    /// besides the core set.
     pub fn pass_env(mut self, name: impl Into<String>) -> ShellConfig {
         self.pass_env.push(name.into());
         self

@@ -1,17 +1,14 @@
-//! The command's environment: dsh's, scrubbed of what looks secret, plus settings that keep
-//! output plain.
+//! The command's environment: a core set of dsh's variables, the ones the user names, and
+//! settings that keep output plain. Everything else stays out: a deny-list of secret-looking
+//! names misses `DATABASE_URL=postgres://u:pw@…`, `PGPASSWORD`, `*_AUTH`, `SSH_AUTH_SOCK`.
 
 use std::ffi::{OsStr, OsString};
 
-/// Whether a variable's name looks secret: `*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`
-/// (any case), or a loader variable (`LD_*`, which can inject code into every program).
-pub(crate) fn looks_secret(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    upper.starts_with("LD_")
-        || ["KEY", "SECRET", "TOKEN", "PASSWORD"]
-            .iter()
-            .any(|word| upper.contains(word))
-}
+/// Variables every command gets from dsh's environment (`LC_*` by prefix): what programs
+/// need to find themselves, the user's home and locale, and nothing that grants access.
+const CORE: &[&str] = &[
+    "PATH", "HOME", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
+];
 
 /// Plain output: no colours, no pager, no terminal tricks.
 const SET: &[(&str, &str)] = &[
@@ -21,8 +18,21 @@ const SET: &[(&str, &str)] = &[
     ("GIT_PAGER", "cat"),
 ];
 
-/// The environment of a command: `vars` minus secret-looking names (unless in `pass`), plus
-/// the plain-output settings and `extra` (the temp folder).
+/// Whether `name` is in the core set.
+fn is_core(name: &str) -> bool {
+    CORE.contains(&name) || name.starts_with("LC_")
+}
+
+/// Whether the user named `name`: exactly, or by a prefix ending in `*` (`CARGO_*`).
+fn is_named(name: &str, pass: &[String]) -> bool {
+    pass.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => p == name,
+    })
+}
+
+/// The environment of a command: of `vars`, the core set and the names in `pass`; then the
+/// plain-output settings and `extra` (the temp folder), which win over both.
 pub(crate) fn scrubbed(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
     pass: &[String],
@@ -31,8 +41,9 @@ pub(crate) fn scrubbed(
     let mut out: Vec<(OsString, OsString)> = vars
         .into_iter()
         .filter(|(name, _)| {
-            let name = name.to_string_lossy();
-            pass.iter().any(|p| *p == name) || !looks_secret(&name)
+            // A name that is not UTF-8 cannot be core, and the user cannot have named it.
+            name.to_str()
+                .is_some_and(|name| is_core(name) || is_named(name, pass))
         })
         .filter(|(name, _)| {
             !SET.iter().any(|(n, _)| OsStr::new(n) == name)
@@ -56,21 +67,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn secrets_and_loader_variables_are_removed_unless_passed() {
+    fn only_the_core_set_and_named_variables_pass() {
         let vars = [
             ("API_KEY", "k"),
-            ("github_token", "t"),
-            ("DB_PASSWORD", "p"),
-            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("DATABASE_URL", "postgres://u:pw@db/x"),
+            ("PGPASSWORD", "pw"),
+            ("NPM_AUTH", "a"),
+            ("SSH_AUTH_SOCK", "/run/agent"),
             ("LD_PRELOAD", "/evil.so"),
             ("PATH", "/bin"),
+            ("LC_ALL", "C.UTF-8"),
             ("KEEP_TOKEN", "ok"),
+            ("CARGO_HOME", "/c"),
             ("TERM", "xterm-256color"),
         ]
         .map(|(n, v)| (OsString::from(n), OsString::from(v)));
         let env = scrubbed(
             vars,
-            &["KEEP_TOKEN".to_string()],
+            &["KEEP_TOKEN".to_string(), "CARGO_*".to_string()],
             &[("TMPDIR", OsStr::new("/t"))],
         );
         let names: Vec<String> = env
@@ -79,15 +93,17 @@ mod tests {
             .collect();
         for gone in [
             "API_KEY",
-            "github_token",
-            "DB_PASSWORD",
-            "AWS_SECRET_ACCESS_KEY",
+            "DATABASE_URL",
+            "PGPASSWORD",
+            "NPM_AUTH",
+            "SSH_AUTH_SOCK",
             "LD_PRELOAD",
         ] {
             assert!(!names.contains(&gone.to_string()), "{gone} leaked");
         }
-        assert!(names.contains(&"PATH".to_string()));
-        assert!(names.contains(&"KEEP_TOKEN".to_string()));
+        for kept in ["PATH", "LC_ALL", "KEEP_TOKEN", "CARGO_HOME"] {
+            assert!(names.contains(&kept.to_string()), "{kept} missing");
+        }
         let term: Vec<_> = env.iter().filter(|(n, _)| n == "TERM").collect();
         assert_eq!(term.len(), 1);
         assert_eq!(term[0].1, "dumb");

@@ -30,7 +30,7 @@ const DRAIN: Duration = Duration::from_millis(500);
 const DESCRIPTION: &str = "Runs a bash command in the workspace and returns its exit code, \
 stdout and stderr. stdin is empty; there is no terminal. Long output is shown head and tail; \
 the whole of it is saved to a file you can read with read_file. The command runs in a sandbox: \
-it may write only inside the workspace and $TMPDIR (.git/hooks and .git/config stay \
+it may write only inside the workspace and $TMPDIR (the .git folder stays \
 read-only) and has no network unless the user allowed it; a refused write or connect fails \
 like any error (EACCES, EPERM, EROFS). Everything the command starts is killed when it \
 exits or times out: do not start servers or background jobs meant to outlive the call. \
@@ -350,8 +350,7 @@ impl ShellTool {
     fn protected(&self) -> Vec<PathBuf> {
         let mut paths = vec![self.spill.path().to_path_buf()];
         if self.config.sandbox.mode == SandboxMode::WorkspaceWrite {
-            paths.push(self.workspace.join(".git/hooks"));
-            paths.push(self.workspace.join(".git/config"));
+            paths.extend(git_control_paths(&self.workspace));
         }
         paths
     }
@@ -647,7 +646,7 @@ impl ToolDefinition for ShellTool {
         if refused {
             report.notes.push(format!(
                 "the sandbox ({}{}) may have refused this: commands may write only inside the \
-                 workspace and $TMPDIR (.git/hooks, .git/config and dsh's own files stay \
+                 workspace and $TMPDIR (the .git folder and dsh's own files stay \
                  read-only){}",
                 self.config.sandbox.mode.as_str(),
                 if self.config.sandbox.network {
@@ -718,6 +717,28 @@ impl ToolDefinition for ShellTool {
     fn result_meta(&self, value: &Value) -> Option<Map<String, Value>> {
         value.get("meta").and_then(Value::as_object).cloned()
     }
+}
+
+/// The git control paths of the workspace's repository, read-only to every command: a command
+/// that could write `.git` could make the user's next `git status` run its code (hooks,
+/// `core.fsmonitor` in `config`, `commondir` or `alternates` pointing at a planted copy,
+/// submodules' `modules/*/config`, worktrees). So the whole `.git` folder is protected, and
+/// where `.git` is a `gitdir:` file (a worktree, a submodule), that file and its target too.
+fn git_control_paths(workspace: &Path) -> Vec<PathBuf> {
+    let dot_git = workspace.join(".git");
+    let mut paths = vec![dot_git.clone()];
+    if dot_git.is_file()
+        && let Ok(text) = std::fs::read_to_string(&dot_git)
+        && let Some(target) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
+    {
+        let target = Path::new(target.trim());
+        paths.push(if target.is_absolute() {
+            target.to_path_buf()
+        } else {
+            workspace.join(target)
+        });
+    }
+    paths
 }
 
 #[cfg(test)]

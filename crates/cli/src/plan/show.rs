@@ -47,6 +47,9 @@ pub(crate) fn render(plan: &Plan<'_>, command: &str) -> String {
         "spill",
         format!("{} (made when a call spills)", path(&plan.spill_dir)),
     );
+    if !plan.shell_env.is_empty() {
+        line("shell env", plan.shell_env.join(", "));
+    }
     line("approval", approval(plan, command));
     line("deadlines", deadlines(plan));
     line(

@@ -47,6 +47,9 @@ struct MountAttr {
     userns_fd: u64,
 }
 
+/// `keyctl(2)`'s operation that gives the caller a new session keyring.
+const KEYCTL_JOIN_SESSION_KEYRING: c_long = 1;
+
 const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 const AT_RECURSIVE: c_int = 0x8000;
 
@@ -707,6 +710,20 @@ fn command(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
         fail(plan, Stage::Chdir, 0, errno());
     }
     if plan.sandboxed {
+        // A new, empty session keyring: the command must not see the keys of dsh's session
+        // (the seccomp filter then refuses every keyring call). A kernel built without keys
+        // has no keyring to share.
+        // SAFETY: integer arguments and a null name (an anonymous keyring).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_keyctl,
+                KEYCTL_JOIN_SESSION_KEYRING,
+                std::ptr::null::<c_char>(),
+            )
+        };
+        if r < 0 && errno() != libc::ENOSYS {
+            fail(plan, Stage::Keyring, 0, errno());
+        }
         drop_capabilities(plan);
         if let Err(e) = prctl(libc::PR_SET_NO_NEW_PRIVS, 1) {
             fail(plan, Stage::NoNewPrivs, 0, e);

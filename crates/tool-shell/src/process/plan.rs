@@ -56,6 +56,8 @@ pub(crate) enum Stage {
     Seccomp = 21,
     /// `execve`.
     Exec = 22,
+    /// Joining a session keyring of its own (`KEYCTL_JOIN_SESSION_KEYRING`).
+    Keyring = 23,
 }
 
 impl Stage {
@@ -85,6 +87,7 @@ impl Stage {
             Landlock,
             Seccomp,
             Exec,
+            Keyring,
         ]
         .get(usize::from(n))
         .copied()
@@ -117,6 +120,7 @@ impl Stage {
             Stage::Landlock => "Landlock (landlock_restrict_self)",
             Stage::Seccomp => "the seccomp filter",
             Stage::Exec => "running the shell (execve)",
+            Stage::Keyring => "a session keyring of its own (keyctl)",
         }
     }
 

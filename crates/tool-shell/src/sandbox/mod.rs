@@ -12,12 +12,15 @@
 //!   TCP and no abstract Unix socket outside; signals only inside. Landlock grants whole
 //!   subtrees, which is why the mounts carry the exceptions inside the workspace.
 //!
+//! Whatever the network setting, the command joins a session keyring of its own and a seccomp
+//! filter refuses the keyring calls (`keyctl`, `add_key`, `request_key`).
 //! With the network off, a seccomp filter (`seccomp.rs`: no socket but AF_UNIX, no io_uring,
 //! no ptrace) and Landlock's TCP rules and abstract-socket scope are added; on a kernel whose
 //! Landlock cannot scope abstract sockets, a network namespace (no interface but a down
 //! loopback) as well. The command also loses every capability and gets
 //! `no_new_privs`. Anything that cannot be set up makes the call `DENIED`, never unsandboxed.
 
+mod cleanup;
 mod landlock;
 mod seccomp;
 
@@ -50,6 +53,15 @@ pub(crate) struct Prepared {
 /// empty stand-ins mounted over hidden paths, which the command cannot touch).
 pub(crate) struct PrivateDir {
     dir: tempfile::TempDir,
+}
+
+/// Nothing of a call outlives it: the folder goes whatever the command left in it.
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if let Err(e) = cleanup::remove_tree(self.dir.path()) {
+            tracing::warn!(path = %self.dir.path().display(), error = %e, "the call's private folder could not be removed");
+        }
+    }
 }
 
 impl PrivateDir {
@@ -85,14 +97,29 @@ fn cstring(path: &Path) -> Result<CString, String> {
         .map_err(|_| format!("{} holds a NUL byte", path.display()))
 }
 
-/// `path` made absolute (from the workspace) with its symlinks resolved, if it exists.
-fn existing(workspace: &Path, path: &Path) -> Option<PathBuf> {
+/// `path` made absolute (from the workspace) with its symlinks resolved; `None` when it does
+/// not exist (nothing to protect). Any other failure to resolve it (permission denied on a
+/// folder a command locked, a symlink loop) is an `Err` naming it: the sandbox must never be
+/// built with a piece missing.
+fn existing(workspace: &Path, path: &Path) -> Result<Option<PathBuf>, String> {
     let absolute = if path.is_absolute() {
         path.to_path_buf()
     } else {
         workspace.join(path)
     };
-    absolute.canonicalize().ok()
+    match absolute.canonicalize() {
+        Ok(resolved) => Ok(Some(resolved)),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!(
+            "{} must be protected or hidden but cannot be resolved: {e}",
+            absolute.display()
+        )),
+    }
 }
 
 /// The mounts: private propagation, the workspace, then each protected path's ancestors inside
@@ -110,17 +137,20 @@ fn mounts(
             read_only: config.mode == SandboxMode::ReadOnly,
         },
     ];
-    let read_only: BTreeSet<PathBuf> = protected
-        .iter()
-        .chain(&config.read_only_paths)
-        .filter_map(|p| existing(workspace, p))
-        .filter(|p| p != workspace)
-        .collect();
-    let hidden: BTreeSet<PathBuf> = config
-        .hidden_paths
-        .iter()
-        .filter_map(|p| existing(workspace, p))
-        .collect();
+    let mut read_only: BTreeSet<PathBuf> = BTreeSet::new();
+    for path in protected.iter().chain(&config.read_only_paths) {
+        if let Some(path) = existing(workspace, path)?
+            && path != workspace
+        {
+            read_only.insert(path);
+        }
+    }
+    let mut hidden: BTreeSet<PathBuf> = BTreeSet::new();
+    for path in &config.hidden_paths {
+        if let Some(path) = existing(workspace, path)? {
+            hidden.insert(path);
+        }
+    }
     let mut ancestors = BTreeSet::new();
     for path in read_only.iter().chain(&hidden) {
         if let Ok(inside) = path.strip_prefix(workspace) {
@@ -152,8 +182,11 @@ fn mounts(
     covered.sort_by_key(|(p, _)| depth(p));
     for (path, hide) in covered {
         if hide {
+            let is_dir = std::fs::metadata(&path)
+                .map_err(|e| format!("{} must be hidden but cannot be read: {e}", path.display()))?
+                .is_dir();
             ops.push(MountOp::Cover {
-                source: cstring(&private.stand_in(path.is_dir()))?,
+                source: cstring(&private.stand_in(is_dir))?,
                 target: cstring(&path)?,
             });
         } else {
@@ -169,6 +202,11 @@ fn mounts(
 fn network_filter() -> Result<BpfProgram, String> {
     static FILTER: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
     FILTER.get_or_init(seccomp::network_off).clone()
+}
+
+fn always_filter() -> Result<BpfProgram, String> {
+    static FILTER: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    FILTER.get_or_init(seccomp::always).clone()
 }
 
 /// Prepares the sandbox of one call. `protected` are the paths the tool itself keeps
@@ -201,11 +239,10 @@ pub(crate) fn prepare(
         writable,
         network_off: !config.network,
     })?;
-    let seccomp = if config.network {
-        Vec::new()
-    } else {
-        vec![network_filter()?]
-    };
+    let mut seccomp = vec![always_filter()?];
+    if !config.network {
+        seccomp.push(network_filter()?);
+    }
     // The command keeps its own uid and gid inside the user namespace.
     let uid = std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m))

@@ -1,4 +1,10 @@
-//! The seccomp filter of a command with the network off: no socket but AF_UNIX (socketpair
+//! The seccomp filters of a sandboxed command.
+//!
+//! Always ([`always`]): no kernel keyring calls (`keyctl`, `add_key`, `request_key`), as
+//! Docker's default profile refuses them: the keyrings are not namespaced, so a command could
+//! otherwise read the keys of its user's session or leave keys that outlive the call.
+//!
+//! With the network off ([`network_off`]): no socket but AF_UNIX (socketpair
 //! and local sockets still work), no io_uring (it can open sockets past this filter), no
 //! ptrace or process_vm_* (no reaching into another process). Refused calls fail with EPERM, an
 //! ordinary error the command reports.
@@ -22,6 +28,29 @@ fn arch() -> Result<TargetArch, String> {
             std::env::consts::ARCH
         ))
     }
+}
+
+/// Refuses every call `rules` names (under its conditions) with EPERM, the rest allowed.
+fn refusing(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<BpfProgram, String> {
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(|e| e.to_string())?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
+}
+
+/// The filter every sandboxed command gets, whatever the network setting: no keyring calls.
+pub(crate) fn always() -> Result<BpfProgram, String> {
+    let rules = [libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_request_key]
+        .into_iter()
+        .map(|call| (call, vec![]))
+        .collect();
+    refusing(rules)
 }
 
 /// The network-off filter, compiled.
@@ -50,23 +79,14 @@ pub(crate) fn network_off() -> Result<BpfProgram, String> {
     ] {
         rules.insert(call, vec![]);
     }
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch()?,
-    )
-    .map_err(|e| e.to_string())?;
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())
+    refusing(rules)
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn the_filter_compiles() {
-        let program = super::network_off().unwrap();
-        assert!(!program.is_empty());
+        assert!(!super::network_off().unwrap().is_empty());
+        assert!(!super::always().unwrap().is_empty());
     }
 }

@@ -11,9 +11,15 @@
 //! - Assignments before a command stay in its words (`LD_PRELOAD=x git status` is not
 //!   `git status`).
 //! - For `deny` and `ask`, the same command is also given with what would hide it removed:
-//!   the assignments, wrappers (`env`, `sudo`, `nohup`, `timeout 5`, `xargs`, …), a directory
-//!   (`/bin/rm` → `rm`), and the script of `bash -c '…'` and `eval '…'`. These extra subjects
+//!   the assignments, wrappers (`env`, `sudo`, `timeout -s KILL 5`, `find -exec`, …), a
+//!   directory (`/bin/rm` → `rm`), and the scripts a program runs (`bash -c '…'`,
+//!   `bash <<< '…'`, `eval`, `trap`, `env -S`: see `wrappers`); a script that cannot be
+//!   read before it runs (`… | sh`) is a dynamic subject. These extra subjects
 //!   bind `allow` too: a call is allowed only when all of them are.
+//! - An expansion that can run code the parser does not see as a command (arithmetic on
+//!   names, `${x@P}`, `${!x}`, an operator's word holding an expansion: `hidden_code`)
+//!   adds one dynamic subject: no `allow` rule with a pattern covers the command, and every
+//!   `deny` and `ask` rule matches it.
 //! - A command the parser cannot read whole is one dynamic subject: no `allow` rule with a
 //!   pattern covers it, and every `deny` rule with one matches it.
 
@@ -21,40 +27,15 @@ use dsh_core::command_words::{Word, encode, encode_variant};
 use std::collections::BTreeSet;
 use tree_sitter::{Node, Parser};
 
+mod hidden_code;
+mod wrappers;
+
+use wrappers::{Script, Stdin};
+
 /// How deep `bash -c` and `eval` scripts are followed.
 const MAX_NESTING: usize = 4;
 /// More subjects than this and the command counts as unreadable.
 const MAX_SUBJECTS: usize = 512;
-
-/// Wrappers that run the command after them.
-const WRAPPERS: &[&str] = &[
-    "env",
-    "command",
-    "builtin",
-    "exec",
-    "nohup",
-    "nice",
-    "ionice",
-    "time",
-    "timeout",
-    "stdbuf",
-    "sudo",
-    "doas",
-    "xargs",
-    "setsid",
-    "chrt",
-    "taskset",
-    "unbuffer",
-    "strace",
-    "ltrace",
-    "busybox",
-    "flock",
-    "watch",
-    "caffeinate",
-];
-
-/// Shells whose `-c` script is followed.
-const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash"];
 
 /// One subject: the words, and whether it is a variant (seen by deny and ask only).
 type Subject = (Vec<Word>, bool);
@@ -92,8 +73,16 @@ fn collect(source: &str, nesting: usize, out: &mut Vec<Subject>) -> Option<()> {
     let bytes = source.as_bytes();
     let mut stack = vec![root];
     while let Some(node) = stack.pop() {
+        if hidden_code::runs_hidden_code(node, bytes) {
+            add_unknown(out);
+        }
         match node.kind() {
-            "command" => add_command(command_words(node, bytes), nesting, out)?,
+            "command" => add_command(
+                command_words(node, bytes),
+                &wrappers::stdin_of(node, bytes),
+                nesting,
+                out,
+            )?,
             "declaration_command" | "unset_command" => {
                 let mut words = Vec::new();
                 let mut cursor = node.walk();
@@ -104,7 +93,7 @@ fn collect(source: &str, nesting: usize, out: &mut Vec<Subject>) -> Option<()> {
                         words.push(Word::literal(text(child, bytes)));
                     }
                 }
-                add_command(words, nesting, out)?;
+                add_command(words, &Stdin::Inherited, nesting, out)?;
             }
             "file_redirect" => {
                 if let Some(target) = written_file(node, bytes) {
@@ -283,33 +272,26 @@ fn is_assignment(word: &Word) -> bool {
     })
 }
 
-/// Options and values a wrapper takes before the command it runs (`-n 10`, `5s`, `X=1`).
-fn is_wrapper_argument(word: &Word) -> bool {
-    match word {
-        Word::Dynamic => true,
-        Word::Literal(w) => {
-            w.starts_with('-')
-                || is_assignment(word)
-                || (!w.is_empty()
-                    && w.trim_end_matches(['s', 'm', 'h', 'd'])
-                        .chars()
-                        .all(|c| c.is_ascii_digit() || c == '.'))
-        }
-    }
-}
+/// More variants of one command than this and it counts as unknown.
+const MAX_VARIANTS: usize = 256;
 
 /// A command, and (as variants) the forms of it that a wrapper, an assignment or a path
-/// would hide from a `deny` rule.
-fn add_command(words: Vec<Word>, nesting: usize, out: &mut Vec<Subject>) -> Option<()> {
+/// would hide from a `deny` rule, and the commands of the scripts it runs (`wrappers`).
+fn add_command(
+    words: Vec<Word>,
+    stdin: &Stdin,
+    nesting: usize,
+    out: &mut Vec<Subject>,
+) -> Option<()> {
     if words.is_empty() {
         return Some(());
     }
     out.push((words.clone(), false));
+    let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut pending = vec![words];
-    let mut made = 0;
     while let Some(current) = pending.pop() {
-        if made > 64 {
-            break;
+        if seen.len() > MAX_VARIANTS {
+            return add_unknown(out);
         }
         let start = current.iter().take_while(|w| is_assignment(w)).count();
         let mut next: Vec<Word> = current[start..].to_vec();
@@ -320,68 +302,29 @@ fn add_command(words: Vec<Word>, nesting: usize, out: &mut Vec<Subject>) -> Opti
         {
             next[0] = Word::literal(base);
         }
-        if next.is_empty() {
+        if next.is_empty() || !seen.insert(encode(&next)) {
             continue;
         }
         if next != current {
             out.push((next.clone(), true));
-            made += 1;
         }
         let name = literal(&next[0]).unwrap_or("").to_string();
-        if WRAPPERS.contains(&name.as_str()) {
-            // Which words are the wrapper's own options and values is the wrapper's business:
-            // every suffix that starts after its leading options is a candidate.
-            let options = next
-                .iter()
-                .skip(1)
-                .take_while(|w| is_wrapper_argument(w))
-                .count();
-            for skip in 1..=(options + 2).min(next.len() - 1) {
-                let suffix = next[skip..].to_vec();
-                out.push((suffix.clone(), true));
-                pending.push(suffix);
-                made += 1;
+        for inner in wrappers::inner_commands(&name, &next) {
+            out.push((inner.clone(), true));
+            pending.push(inner);
+        }
+        match wrappers::script_of(&name, &next, stdin) {
+            Script::None => {}
+            Script::Unknown => add_unknown(out)?,
+            Script::Text(_) if nesting >= MAX_NESTING => add_unknown(out)?,
+            Script::Text(source) => {
+                if collect(&source, nesting + 1, out).is_none() {
+                    add_unknown(out)?;
+                }
             }
-        } else if SHELLS.contains(&name.as_str()) || name == "eval" {
-            nested_script(&name, &next, nesting, out)?;
         }
     }
     Some(())
-}
-
-/// The script of `bash -c SCRIPT` or `eval ARGS`, read as commands of their own.
-fn nested_script(name: &str, words: &[Word], nesting: usize, out: &mut Vec<Subject>) -> Option<()> {
-    let script: Option<Word> = if name == "eval" {
-        let mut joined = String::new();
-        for word in &words[1..] {
-            match word {
-                Word::Literal(w) => {
-                    joined.push_str(w);
-                    joined.push(' ');
-                }
-                Word::Dynamic => return add_unknown(out),
-            }
-        }
-        Some(Word::Literal(joined))
-    } else {
-        let flag = words[1..].iter().position(|w| {
-            literal(w)
-                .is_some_and(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('c'))
-        });
-        flag.map(|i| words.get(i + 2).cloned().unwrap_or(Word::Dynamic))
-    };
-    match script {
-        None => Some(()),
-        Some(Word::Dynamic) => add_unknown(out),
-        Some(Word::Literal(_)) if nesting >= MAX_NESTING => add_unknown(out),
-        Some(Word::Literal(source)) => {
-            if collect(&source, nesting + 1, out).is_none() {
-                add_unknown(out)
-            } else {
-                Some(())
-            }
-        }
-    }
 }
 
 fn add_unknown(out: &mut Vec<Subject>) -> Option<()> {
@@ -402,7 +345,8 @@ mod tests {
         assert_eq!(s("git status; rm -rf x"), ["git status", "rm -rf x"]);
         assert_eq!(
             s("git status && curl http://x | sh"),
-            ["git status", "curl http://x", "sh"]
+            // What `sh` reads from the pipe is not known: an unknown subject.
+            ["git status", "curl http://x", "sh", "$?"]
         );
         assert_eq!(s("echo $(rm x)"), ["echo $?", "rm x"]);
         assert_eq!(s("echo `rm x`"), ["echo $?", "rm x"]);
