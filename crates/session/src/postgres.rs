@@ -221,7 +221,7 @@ pub struct SessionInfo {
     pub id: String,
     /// Events in its log.
     pub events: u64,
-    /// Its epoch: how many times a writer took it.
+    /// Its epoch: the fencing token of its last writer (drawn from a store-wide counter).
     pub epoch: u64,
     /// The writer holding its lease now, if any.
     pub holder: Option<String>,

@@ -32,7 +32,8 @@ pub(crate) fn scrubbed(
         .into_iter()
         .filter(|(name, _)| {
             let name = name.to_string_lossy();
-            pass.iter().any(|p| *p == name) || !looks_secret(&name)
+            !dsh_core::STORE_ENV_VARS.contains(&&*name)
+                && (pass.iter().any(|p| *p == name) || !looks_secret(&name))
         })
         .filter(|(name, _)| {
             !SET.iter().any(|(n, _)| OsStr::new(n) == name)
