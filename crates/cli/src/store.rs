@@ -57,10 +57,9 @@ fn resolve_url(store: Option<&String>, store_file: Option<&PathBuf>) -> Result<S
         .cloned()
         .or_else(|| std::env::var_os("DSH_STORE_FILE").map(PathBuf::from));
     if let Some(file) = file {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| CliError::io("read the store URL from", &file, e))?;
+        let text = read_bounded(&file)?;
         let url = text.lines().next().unwrap_or("").trim();
-        if url.is_empty() {
+        if url.is_empty() || url.chars().any(char::is_control) {
             return Err(CliError::Usage(format!(
                 "{}: the file holds no store URL",
                 file.display()
@@ -74,6 +73,20 @@ fn resolve_url(store: Option<&String>, store_file: Option<&PathBuf>) -> Result<S
             "name the store: --store-file FILE, DSH_STORE_FILE, DSH_STORE, or --store URL".into(),
         )),
     }
+}
+
+/// The most of a store URL file read: a URL is short, and `/dev/zero` must not eat memory.
+const MAX_URL_FILE: u64 = 64 * 1024;
+
+/// The start of `file`, at most [`MAX_URL_FILE`] bytes, as text.
+fn read_bounded(file: &Path) -> Result<String, CliError> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(MAX_URL_FILE).read_to_end(&mut bytes))
+        .map_err(|e| CliError::io("read the store URL from", file, e))?;
+    String::from_utf8(bytes)
+        .map_err(|_| CliError::Usage(format!("{}: the store URL is not UTF-8", file.display())))
 }
 
 /// The URL of the store `source` names (see [`StoreSource`]).

@@ -261,6 +261,9 @@ fn check_names_a_live_writer_and_a_dead_ones_hint_hides_the_password() {
     signal(running.id(), "-KILL");
     let _ = running.wait();
     std::thread::sleep(Duration::from_millis(1500));
+    // A hostile file is read only so far, and said to hold no URL.
+    let zeros = dsh(&["check", "--store-file", "/dev/zero", "--session", &session]);
+    assert_eq!(zeros.code, 2, "{}", zeros.stderr);
     let dead = check(&by_file);
     assert_eq!(dead.code, 1, "{}", dead.stderr);
     assert!(
