@@ -4,6 +4,8 @@
 #
 #   scripts/postgres.sh start DIR [--watch PID]   start a cluster in DIR (created), print its URL
 #   scripts/postgres.sh stop DIR                  stop it (the files stay in DIR)
+#   scripts/postgres.sh crash DIR                 stop it as a crash does (`-m immediate`: no
+#                                                 checkpoint, WAL not yet written is lost)
 #   scripts/postgres.sh url DIR                   print the URL of a running cluster
 #
 # `start` prints one line, the connection URL (postgres://dsh@127.0.0.1:PORT/dsh), and also
@@ -44,7 +46,7 @@ free_port() {
 }
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: $0 start|stop|url DIR [--watch PID]"
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: $0 start|stop|crash|url DIR [--watch PID]"
 
 case "$cmd" in
   start)
@@ -82,6 +84,11 @@ case "$cmd" in
     bin=$(bin_dir)
     [ -f "$dir/data/postmaster.pid" ] || exit 0
     as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+    ;;
+  crash)
+    bin=$(bin_dir)
+    [ -f "$dir/data/postmaster.pid" ] || exit 0
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
     ;;
   url)
     cat "$dir/url"

@@ -170,8 +170,8 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "LOG",
-        required_unless_present_any = ["store", "dry_run"],
-        conflicts_with = "store"
+        required_unless_present_any = ["session", "dry_run"],
+        conflicts_with = "session"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
@@ -200,17 +200,43 @@ pub struct RunArgs {
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
     /// A PostgreSQL session store (`postgres://user@host:port/db`), in place of a log file:
-    /// any node reaching it can resume any session. Name the session with `--session`.
-    #[arg(long, value_name = "URL", requires = "session")]
+    /// any node reaching it can resume any session. Name the session with `--session`. A URL
+    /// holding a password is seen by every local user in `ps`: give it with `--store-file`,
+    /// `DSH_STORE_FILE` or `DSH_STORE` instead.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "session",
+        conflicts_with = "store_file"
+    )]
     pub store: Option<String>,
-    /// The session's id in `--store` (1-128 of `[A-Za-z0-9_.-]`).
-    #[arg(long, value_name = "ID", requires = "store")]
+    /// A file holding the store's URL (its first line), read in place of `--store`; also
+    /// `DSH_STORE_FILE` naming the file, or `DSH_STORE` holding the URL. Neither variable is
+    /// passed to anything dsh starts.
+    #[arg(long, value_name = "FILE", requires = "session")]
+    pub store_file: Option<PathBuf>,
+    /// The session's id in the store (1-128 of `[A-Za-z0-9_.-]`).
+    #[arg(long, value_name = "ID")]
     pub session: Option<String>,
-    /// How long a writer's lease on a `--store` session lasts without renewal (the writer
-    /// renews it in the background). Opening waits up to twice this for another writer's
-    /// lease, then fails saying who holds it.
-    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..))]
+    /// How long a writer's lease on a store session lasts without renewal (the writer renews
+    /// it in the background), at most 600000 (10 minutes). Opening waits up to twice this for
+    /// another writer's lease, then fails saying who holds it. Every round trip to the
+    /// database is bounded by the lease, kept between 2 and 10 seconds: past it the connection
+    /// is dropped and the append fails as with a lost database.
+    #[arg(long, value_name = "MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub lease_ms: u64,
+}
+
+/// Where a store is named, for the commands that only a store has.
+#[derive(Debug, Clone, Args)]
+pub struct StoreSource {
+    /// The PostgreSQL session store (`postgres://user@host:port/db`); or `--store-file`,
+    /// `DSH_STORE_FILE`, `DSH_STORE` (which keep a password out of `ps`).
+    #[arg(long, value_name = "URL", conflicts_with = "store_file")]
+    pub store: Option<String>,
+    /// A file holding the store's URL (its first line), read in place of `--store`.
+    #[arg(long, value_name = "FILE")]
+    pub store_file: Option<PathBuf>,
 }
 
 /// `dsh serve`.
@@ -225,8 +251,8 @@ pub struct ServeArgs {
     #[arg(
         long,
         value_name = "LOG",
-        required_unless_present = "store",
-        conflicts_with = "store"
+        required_unless_present = "session",
+        conflicts_with = "session"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
@@ -236,7 +262,7 @@ pub struct ServeArgs {
     /// token (`--token-file` or `DSH_SERVE_TOKEN`). Requests whose `Host` or `Origin` name
     /// another server are refused (403), as are requests without a valid token (401). Stops on
     /// SIGTERM or SIGINT (exit 0), never on stdin.
-    #[arg(long, value_name = "ADDR", conflicts_with = "store")]
+    #[arg(long, value_name = "ADDR", conflicts_with = "session")]
     pub http: Option<String>,
     /// With `--http`: the bearer tokens clients must send (`Authorization: Bearer TOKEN`), one
     /// per line; the environment variable `DSH_SERVE_TOKEN` adds one.
@@ -272,7 +298,9 @@ pub struct PipelineOptions {
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_parallel: u32,
     /// When an appended event counts as written: `always` fsyncs each event, `batch` fsyncs
-    /// groups, `none` leaves it to the OS.
+    /// groups, `none` leaves it to the OS. On a `--store`, `none` commits asynchronously except
+    /// a `tool/call` (always synchronous, so write-ahead holds): a crash of the database may
+    /// lose the results and messages of its last fraction of a second, some the model saw.
     #[arg(long, value_enum, default_value_t = DurabilityArg::Batch, value_name = "MODE")]
     pub durability: DurabilityArg,
     /// Refuse every change to the workspace: write_file, edit_file and apply_patch are denied,
@@ -346,8 +374,8 @@ pub struct ReplayArgs {
     /// The session log.
     #[arg(
         value_name = "LOG",
-        required_unless_present = "store",
-        conflicts_with = "store"
+        required_unless_present = "session",
+        conflicts_with = "session"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
@@ -363,8 +391,8 @@ pub struct CheckArgs {
     /// The session log.
     #[arg(
         value_name = "LOG",
-        required_unless_present = "store",
-        conflicts_with = "store"
+        required_unless_present = "session",
+        conflicts_with = "session"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
@@ -377,8 +405,8 @@ pub struct RecoverArgs {
     /// The session log (it must exist).
     #[arg(
         value_name = "LOG",
-        required_unless_present = "store",
-        conflicts_with = "store"
+        required_unless_present = "session",
+        conflicts_with = "session"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
@@ -388,9 +416,8 @@ pub struct RecoverArgs {
 /// `dsh export`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// The PostgreSQL session store (`postgres://user@host:port/db`).
-    #[arg(long, value_name = "URL")]
-    pub store: String,
+    #[command(flatten)]
+    pub store: StoreSource,
     /// The session to write out.
     #[arg(long, value_name = "ID")]
     pub session: String,
@@ -399,13 +426,18 @@ pub struct ExportArgs {
 /// `dsh sessions`.
 #[derive(Debug, Args)]
 pub struct SessionsArgs {
-    /// The PostgreSQL session store (`postgres://user@host:port/db`).
-    #[arg(long, value_name = "URL")]
-    pub store: String,
+    #[command(flatten)]
+    pub store: StoreSource,
     /// Delete the sessions (and their events) not changed for DAYS days and not held by a
     /// writer, instead of listing.
-    #[arg(long, value_name = "DAYS")]
+    #[arg(long, value_name = "DAYS", conflicts_with = "release")]
     pub prune_older_than: Option<u32>,
+    /// End the lease of session ID, whose writer is known to be dead, instead of listing:
+    /// like a takeover, that writer is fenced (should it wake, it writes nothing more) and the
+    /// next writer takes the session at once. Its running tools are not stopped by this: only
+    /// its own watchdog does that, so release only an owner that is gone.
+    #[arg(long, value_name = "ID")]
+    pub release: Option<String>,
 }
 
 /// `dsh demo`.

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
     let result: Result<u8, CliError> = match cli.command {
         Command::Run(args) if args.print_plan => run::print_plan(&args),
         Command::Run(args) if args.dry_run => {
-            if args.log.is_some() || args.store.store.is_some() {
+            if args.log.is_some() || args.store.session.is_some() {
                 note("--dry-run: the log is not opened or written");
             }
             run::dry_run(
@@ -88,10 +88,13 @@ fn main() -> ExitCode {
         Command::Recover(args) => store::LogTarget::new(args.log.as_ref(), &args.store)
             .and_then(|log| replay::recover(&rt, &log)),
         Command::Serve(args) => serve::serve(&rt, &args),
-        Command::Export(args) => store::export(&rt, &args.store, &args.session),
-        Command::Sessions(args) => {
-            store::sessions(&rt, &args.store, args.prune_older_than, &mut out)
+        Command::Export(args) => {
+            store::store_url(&args.store).and_then(|url| store::export(&rt, &url, &args.session))
         }
+        Command::Sessions(args) => store::store_url(&args.store).and_then(|url| {
+            let action = store::SessionsAction::of(args.prune_older_than, args.release);
+            store::sessions(&rt, &url, action, &mut out)
+        }),
         Command::Demo(args) => demo::demo(&rt, &args, &mut out),
         Command::Tools(args) => tools::tools(&rt, &args, &mut out),
     };

@@ -105,7 +105,7 @@ fn write_ordered(value: &Value, out: &mut String) {
 /// Reports one line on stderr, prefixed with `dsh: `. Messages often quote the model's input
 /// (call ids, tool names, paths), so the line is made [`printable`] first.
 pub fn note(message: impl std::fmt::Display) {
-    let line = message.to_string();
+    let line = dsh_session::mask_passwords(&message.to_string());
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "dsh: {}", printable(&line));
 }

@@ -67,6 +67,14 @@ pub fn check(rt: &Runtime, target: &LogTarget) -> Result<u8, CliError> {
         // A directory, no permission: an I/O failure, not a verdict on the log.
         Err(unreadable @ Violation::Unreadable { .. }) => Err(CliError::log(log, unreadable)),
         Err(needs @ Violation::NeedsRecovery { .. }) => {
+            if let Some((owner, until)) = store::live_lease(rt, target) {
+                note(format!(
+                    "{}: in use by {owner}, lease until {until}: its open calls are still \
+                     running; check it once that writer is done",
+                    log.display()
+                ));
+                return Ok(EXIT_FAILED);
+            }
             note(format!(
                 "{}: check failed: {needs}; `{}` repairs it",
                 log.display(),

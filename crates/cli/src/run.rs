@@ -102,6 +102,9 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
         None,
     ))?;
     interrupt.guard(running.session.clone(), running.hooks.clone());
+    if let Some(lost) = plan.log.lease_lost() {
+        interrupt.stop_when_lease_lost(rt, lost);
+    }
     let name = plan.transcript.name();
     let mut tally = Tally::default();
     let mut runner = Runner {
@@ -112,6 +115,12 @@ pub fn run(rt: &Runtime, plan: RunPlan<'_>, out: &mut JsonLines) -> Result<u8, C
     let stopped = || interrupt.received().is_some();
     let outcome = run_lines(reader, &name, &mut runner, &mut tally, &stopped);
     rt.block_on(running.shutdown());
+    if let Some(why) = interrupt.lease_lost() {
+        return Err(CliError::log(
+            &plan.log.label(),
+            format!("{why}; its running calls were cancelled and killed, and this run stops"),
+        ));
+    }
     outcome?;
     if let Some(signal) = interrupt.received() {
         note(format!(
@@ -699,6 +708,7 @@ fn describe_rename(r: &RenamedCallId) -> String {
 struct Interrupt {
     received: Arc<AtomicI32>,
     guarded: Arc<Mutex<Option<Guarded>>>,
+    lease_lost: Arc<Mutex<Option<String>>>,
 }
 
 /// What a signal stops: the session's calls, and the hook processes they started.
@@ -777,7 +787,46 @@ impl Interrupt {
             ));
             std::process::exit(i32::from(Stopped(second).exit_code()));
         });
-        Ok(Interrupt { received, guarded })
+        Ok(Interrupt {
+            received,
+            guarded,
+            lease_lost: Arc::default(),
+        })
+    }
+
+    /// Stops the run as a first signal does once `lost` resolves (the session's lease is
+    /// lost: another node may own the session and run calls on the same workspace): the
+    /// running calls are cancelled and their processes killed, and the run ends with 3.
+    fn stop_when_lease_lost(
+        &self,
+        rt: &Runtime,
+        lost: impl std::future::Future<Output = String> + Send + 'static,
+    ) {
+        let (flag, target, reason) = (
+            self.received.clone(),
+            self.guarded.clone(),
+            self.lease_lost.clone(),
+        );
+        rt.spawn(async move {
+            let why = lost.await;
+            *reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+            let _ = flag.compare_exchange(0, SIGTERM, Ordering::SeqCst, Ordering::SeqCst);
+            note(format!(
+                "{why}: cancelling and killing the running calls; this run stops"
+            ));
+            let running = target.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(guarded) = running {
+                guarded.stop();
+            }
+        });
+    }
+
+    /// Why the session's lease was lost, if it was.
+    fn lease_lost(&self) -> Option<String> {
+        self.lease_lost
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// What a signal stops; a signal that came while the pipeline started stops it now.

@@ -258,6 +258,8 @@ pub(crate) async fn run(
         .arg(command)
         .current_dir(cwd)
         .env("CLAUDE_PROJECT_DIR", cwd)
+        .env_remove(dsh_core::STORE_ENV_VARS[0])
+        .env_remove(dsh_core::STORE_ENV_VARS[1])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

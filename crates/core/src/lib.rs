@@ -56,4 +56,9 @@ pub use tool::{
     Arguments, ExecutionMode, MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH, PartialOutput, RetryPolicy,
     SubjectKind, ToolCall, ToolContext, ToolDefinition, ToolExecutionInput, ToolFailure,
 };
+/// Variables that hold dsh's database URL, password included (`DSH_STORE`), or name the file
+/// that does (`DSH_STORE_FILE`): removed from the environment of everything dsh starts (shell
+/// commands, command hooks, MCP servers).
+pub const STORE_ENV_VARS: [&str; 2] = ["DSH_STORE", "DSH_STORE_FILE"];
+
 pub use typed::{Typed, TypedTool, WorkspacePath};

@@ -262,6 +262,8 @@ impl McpServer {
         let mut command = tokio::process::Command::new(&self.config.command);
         command
             .args(&self.config.args)
+            .env_remove(dsh_core::STORE_ENV_VARS[0])
+            .env_remove(dsh_core::STORE_ENV_VARS[1])
             .envs(&self.config.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -36,6 +36,7 @@ mod parallel_replay;
 pub mod postgres;
 mod recover;
 pub mod replay;
+mod secrets;
 mod writer;
 
 pub use backend::{Durability, LogBackend};
@@ -45,4 +46,5 @@ pub use inbox::PendingAppend;
 pub use log::SessionLog;
 pub use memory::MemoryBackend;
 pub use recover::Recovery;
+pub use secrets::mask_passwords;
 pub use writer::{LogStats, WriterConfig, WriterMsg};

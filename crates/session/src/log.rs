@@ -33,6 +33,23 @@ pub struct SessionLog {
     inbox: Arc<Inbox>,
     counters: Arc<Counters>,
     description: Arc<str>,
+    /// Shared by every clone: the last one dropped closes the writer.
+    _close_on_drop: Arc<CloseOnDrop>,
+}
+
+/// Closes the writer when the last handle on it is dropped, as [`SessionLog::close`] does
+/// without waiting: what is queued is committed, the storage (a file's lock, a store's lease)
+/// is let go, and the actor stops, instead of living until the process ends.
+struct CloseOnDrop(ActorRef<WriterMsg>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let (reply, _) = ractor::concurrency::oneshot();
+        // A writer already closed (or gone) has nothing left to let go.
+        let _ = self.0.send_message(WriterMsg::Close {
+            reply: reply.into(),
+        });
+    }
 }
 
 impl fmt::Debug for SessionLog {
@@ -156,6 +173,7 @@ impl SessionLog {
         };
         match spawned {
             Ok((actor, _)) => Ok(SessionLog {
+                _close_on_drop: Arc::new(CloseOnDrop(actor.clone())),
                 actor,
                 inbox,
                 counters,

@@ -49,9 +49,10 @@ use std::time::{Duration, Instant};
 use tokio_postgres::NoTls;
 
 /// The migrations, in order: each is applied once, in one transaction with its version row.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE dsh_sessions (
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE dsh_sessions (
         id TEXT PRIMARY KEY,
         epoch BIGINT NOT NULL DEFAULT 0,
         owner TEXT,
@@ -69,13 +70,43 @@ const MIGRATIONS: &[(i32, &str)] = &[(
         PRIMARY KEY (session_id, seq)
     );
     CREATE INDEX dsh_sessions_updated_at ON dsh_sessions (updated_at);",
-)];
+    ),
+    // The fencing token comes from one counter for the whole store, so it never repeats for
+    // a session id, even after the session is deleted and made again. It starts past every
+    // epoch ever given: each was taken in a transaction of its own, so none exceeds the
+    // transaction counter.
+    (
+        2,
+        "CREATE TABLE dsh_fence (
+            only_row BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row),
+            last_epoch BIGINT NOT NULL
+        );
+        INSERT INTO dsh_fence (last_epoch)
+            SELECT greatest(coalesce(max(epoch), 0), txid_current()) FROM dsh_sessions;",
+    ),
+];
 
 /// An arbitrary constant: the advisory lock that serializes migrations across nodes.
 const MIGRATION_LOCK: i64 = 0x6473_685f_6d69_6772;
 
 /// The longest backoff after a failed commit.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The longest lease a writer may take: a writer that dies holding one locks its session out
+/// for this long at most (`dsh sessions --release` ends it sooner).
+pub const MAX_LEASE: Duration = Duration::from_secs(600);
+
+/// The shortest and longest bound on one round trip to the database (see
+/// [`round_trip_limit`]).
+const ROUND_TRIP_RANGE: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(10));
+
+/// How long one round trip to the database (a commit, a lease renewal, taking the lease) may
+/// take before the connection is dropped and the operation fails: the lease, kept between 2
+/// and 10 seconds. A frozen server answers nothing and its host still answers keepalives, so
+/// only a deadline on the client ends the wait; a commit past it is in doubt.
+pub fn round_trip_limit(lease: Duration) -> Duration {
+    lease.clamp(ROUND_TRIP_RANGE.0, ROUND_TRIP_RANGE.1)
+}
 
 /// How a writer takes and keeps a session's lease.
 #[derive(Debug, Clone)]
@@ -87,6 +118,71 @@ pub struct LeaseOptions {
     pub wait: Duration,
     /// Who this writer is, as shown to a writer that finds the lease held.
     pub owner: String,
+    /// Told when this writer loses its lease (see [`LeaseWatch`]).
+    pub watch: LeaseWatch,
+}
+
+/// Tells a session's owner that its lease is lost, so it stops its tools: fencing keeps a
+/// writer that lost its lease out of the log, but a tool it started runs on (a frozen owner's
+/// tools resume the instant it does). The backend marks the lease lost when its local
+/// watchdog sees the last successful renewal older than the lease less a margin (on
+/// `CLOCK_BOOTTIME`, which counts time the machine was suspended), when a renewal finds the
+/// lease taken, and when an append is refused by the fence. Clones share one state.
+#[derive(Debug, Clone)]
+pub struct LeaseWatch {
+    lost: Arc<tokio::sync::watch::Sender<Option<String>>>,
+}
+
+impl Default for LeaseWatch {
+    fn default() -> Self {
+        LeaseWatch {
+            lost: Arc::new(tokio::sync::watch::channel(None).0),
+        }
+    }
+}
+
+impl LeaseWatch {
+    /// Why the lease was lost, once it is.
+    pub fn lost_because(&self) -> Option<String> {
+        self.lost.borrow().clone()
+    }
+
+    /// Waits until the lease is lost; answers why.
+    pub async fn lost(&self) -> String {
+        let mut rx = self.lost.subscribe();
+        let why = rx
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|why| why.clone());
+        match why {
+            Some(why) => why,
+            // The sender lives in `self`: never dropped while this waits.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn mark(&self, why: impl Into<String>) {
+        let why = why.into();
+        self.lost.send_if_modified(|state| {
+            if state.is_none() {
+                tracing::error!(reason = %why, "the session's lease is lost");
+                *state = Some(why);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// Now on `CLOCK_BOOTTIME`: like the monotonic clock, but counting time suspended.
+fn boot_now() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 impl Default for LeaseOptions {
@@ -102,6 +198,7 @@ impl LeaseOptions {
             lease,
             wait: lease * 2,
             owner: default_owner(),
+            watch: LeaseWatch::default(),
         }
     }
 }
@@ -124,7 +221,7 @@ pub struct SessionInfo {
     pub id: String,
     /// Events in its log.
     pub events: u64,
-    /// Its epoch: how many times a writer took it.
+    /// Its epoch: the fencing token of its last writer (drawn from a store-wide counter).
     pub epoch: u64,
     /// The writer holding its lease now, if any.
     pub holder: Option<String>,
@@ -172,6 +269,7 @@ fn to_u64(n: i64) -> u64 {
 pub struct PgStore {
     pool: Pool,
     url_shown: Arc<str>,
+    round_trip: Duration,
 }
 
 impl fmt::Debug for PgStore {
@@ -184,16 +282,7 @@ impl fmt::Debug for PgStore {
 
 /// The URL without its password, for messages.
 fn shown_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    crate::secrets::mask_passwords(url)
 }
 
 impl PgStore {
@@ -201,14 +290,27 @@ impl PgStore {
     /// schema up to date. `asynchronous_commit` makes the pool's commits asynchronous
     /// (`synchronous_commit = off`: the `none` durability); lease changes stay synchronous.
     pub async fn connect(url: &str, asynchronous_commit: bool) -> Result<PgStore, SessionError> {
+        PgStore::connect_bounded(url, asynchronous_commit, ROUND_TRIP_RANGE.1).await
+    }
+
+    /// [`PgStore::connect`], with `round_trip` as the TCP user timeout of every connection
+    /// (data unacknowledged that long drops it) and the bound on making one.
+    pub async fn connect_bounded(
+        url: &str,
+        asynchronous_commit: bool,
+        round_trip: Duration,
+    ) -> Result<PgStore, SessionError> {
         let url_shown: Arc<str> = shown_url(url).into();
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| SessionError::Io {
             context: format!("reading the database URL {url_shown}"),
             message: format!("{e}"),
         })?;
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
+            config.connect_timeout(round_trip.min(Duration::from_secs(5)));
         }
+        config.tcp_user_timeout(round_trip);
+        config.keepalives_idle(round_trip);
+        config.keepalives_interval((round_trip / 4).max(Duration::from_secs(1)));
         config.application_name("dsh");
         if asynchronous_commit {
             config.options("-c synchronous_commit=off");
@@ -223,16 +325,44 @@ impl PgStore {
         let pool = Pool::builder(manager)
             .max_size(4)
             .runtime(deadpool_postgres::Runtime::Tokio1)
-            .create_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(round_trip.min(Duration::from_secs(5))))
             .wait_timeout(Some(Duration::from_secs(30)))
             .build()
             .map_err(|e| SessionError::Io {
                 context: format!("setting up connections to {url_shown}"),
                 message: e.to_string(),
             })?;
-        let store = PgStore { pool, url_shown };
+        let store = PgStore {
+            pool,
+            url_shown,
+            round_trip,
+        };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Runs `op` bounded by the round-trip limit: past it, the idle connections are dropped
+    /// (the one `op` held, now back in the pool, may be stuck on a frozen server) and the
+    /// operation fails as a lost database does.
+    async fn bounded<T>(
+        &self,
+        context: impl Into<String>,
+        op: impl Future<Output = Result<T, SessionError>>,
+    ) -> Result<T, SessionError> {
+        match tokio::time::timeout(self.round_trip, op).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.pool.retain(|_, _| false);
+                Err(SessionError::Io {
+                    context: context.into(),
+                    message: format!(
+                        "{} gave no answer within {} ms; the connection was dropped",
+                        self.url_shown,
+                        self.round_trip.as_millis()
+                    ),
+                })
+            }
+        }
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
@@ -242,10 +372,43 @@ impl PgStore {
             .map_err(|e| pool_error(format!("connecting to {}", self.url_shown), &e))
     }
 
-    /// Applies the migrations this database lacks.
+    /// The schema version the database is at (0: no dsh tables yet), read without creating
+    /// anything, so a role without `CREATE` can ask.
+    async fn schema_version(
+        &self,
+        client: &deadpool_postgres::Object,
+    ) -> Result<i32, SessionError> {
+        let ctx = || format!("reading the schema version of {}", self.url_shown);
+        let exists: bool = client
+            .query_one(
+                "SELECT to_regclass('dsh_schema_migrations') IS NOT NULL",
+                &[],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?
+            .get(0);
+        if !exists {
+            return Ok(0);
+        }
+        let row = client
+            .query_one(
+                "SELECT coalesce(max(version), 0) FROM dsh_schema_migrations",
+                &[],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        Ok(row.get(0))
+    }
+
+    /// Applies the migrations this database lacks; a schema already up to date is only read,
+    /// so a role with row rights alone (no `CREATE`) uses dsh.
     async fn migrate(&self) -> Result<(), SessionError> {
         let ctx = || format!("migrating the schema of {}", self.url_shown);
         let mut client = self.client().await?;
+        let latest = MIGRATIONS.last().map_or(0, |m| m.0);
+        if self.schema_version(&client).await? == latest {
+            return Ok(());
+        }
         let tx = client
             .transaction()
             .await
@@ -268,7 +431,6 @@ impl PgStore {
             .await
             .map_err(|e| db_error(ctx(), &e))?;
         let applied: i32 = row.get(0);
-        let latest = MIGRATIONS.last().map_or(0, |m| m.0);
         if applied > latest {
             return Err(SessionError::Io {
                 context: ctx(),
@@ -383,13 +545,99 @@ impl PgStore {
         Ok(ids)
     }
 
+    /// Renews the lease of `session` held under `epoch`: 0 rows when it was taken over.
+    async fn renew_lease(
+        &self,
+        session: &str,
+        epoch: i64,
+        lease: Duration,
+    ) -> Result<u64, SessionError> {
+        let renewal = async {
+            self.client()
+                .await?
+                .execute(
+                    "UPDATE dsh_sessions SET lease_until = clock_timestamp() + make_interval(secs => $3)
+                     WHERE id = $1 AND epoch = $2",
+                    &[&session, &epoch, &lease.as_secs_f64()],
+                )
+                .await
+                .map_err(|e| db_error("renewing the lease", &e))
+        };
+        self.bounded("renewing the lease", renewal).await
+    }
+
+    /// Who holds the lease of `session` now, and until when (UTC), if anyone does.
+    pub async fn live_lease(
+        &self,
+        session: &str,
+    ) -> Result<Option<(String, String)>, SessionError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT coalesce(owner, ''),
+                        to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+                 FROM dsh_sessions WHERE id = $1 AND lease_until > clock_timestamp()",
+                &[&session],
+            )
+            .await
+            .map_err(|e| db_error(format!("reading the lease of session {session}"), &e))?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
+    }
+
+    /// Ends the lease of `session` whatever its owner (one known to be dead): like a
+    /// takeover, the session gets a new fencing token, so that owner, should it wake, writes
+    /// nothing more; the next writer takes the session at once.
+    pub async fn release(&self, session: &str) -> Result<Released, SessionError> {
+        let ctx = || format!("releasing the lease of session {session}");
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        let Some(row) = tx
+            .query_opt(
+                "SELECT owner, coalesce(lease_until > clock_timestamp(), false)
+                 FROM dsh_sessions WHERE id = $1 FOR UPDATE",
+                &[&session],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?
+        else {
+            return Ok(Released::NoSuchSession);
+        };
+        let owner: Option<String> = row.get(0);
+        let live: bool = row.get(1);
+        tx.execute(
+            "WITH f AS (UPDATE dsh_fence SET last_epoch = last_epoch + 1 RETURNING last_epoch)
+             UPDATE dsh_sessions SET epoch = f.last_epoch, lease_until = NULL,
+                 updated_at = clock_timestamp()
+             FROM f WHERE id = $1",
+            &[&session],
+        )
+        .await
+        .map_err(|e| db_error(ctx(), &e))?;
+        tx.commit().await.map_err(|e| db_error(ctx(), &e))?;
+        tracing::warn!(
+            session,
+            owner = owner.as_deref().unwrap_or(""),
+            live,
+            "a lease was released by hand; its owner is fenced"
+        );
+        Ok(Released::Ended {
+            owner: owner.filter(|_| live),
+        })
+    }
+
     /// Takes the lease of `session` (creating the session when it is new): the new epoch, or
     /// who holds it and until when.
     async fn acquire(
         &self,
         session: &str,
         options: &LeaseOptions,
-    ) -> Result<Result<i64, Held>, SessionError> {
+    ) -> Result<Result<Taken, Held>, SessionError> {
         let ctx = || format!("taking the lease of session {session}");
         let mut client = self.client().await?;
         let tx = client
@@ -416,6 +664,7 @@ impl PgStore {
             )
             .await
             .map_err(|e| db_error(ctx(), &e))?;
+        let previous_owner: String = row.get(0);
         if row.get::<_, bool>(1) {
             let remaining: f64 = row.get(3);
             return Ok(Err(Held {
@@ -424,19 +673,25 @@ impl PgStore {
                 remaining: Duration::from_secs_f64((remaining / 1000.0).max(0.0)),
             }));
         }
+        // The row lock above comes before the counter's in every path (here and in
+        // `release`), so takeovers of different sessions never deadlock.
         let row = tx
             .query_one(
-                "UPDATE dsh_sessions SET epoch = epoch + 1, owner = $2,
+                "WITH f AS (UPDATE dsh_fence SET last_epoch = last_epoch + 1 RETURNING last_epoch)
+                 UPDATE dsh_sessions SET epoch = f.last_epoch, owner = $2,
                      lease_until = clock_timestamp() + make_interval(secs => $3),
                      updated_at = clock_timestamp()
-                 WHERE id = $1 RETURNING epoch",
+                 FROM f WHERE id = $1 RETURNING epoch",
                 &[&session, &options.owner, &options.lease.as_secs_f64()],
             )
             .await
             .map_err(|e| db_error(ctx(), &e))?;
         let epoch: i64 = row.get(0);
         tx.commit().await.map_err(|e| db_error(ctx(), &e))?;
-        Ok(Ok(epoch))
+        Ok(Ok(Taken {
+            epoch,
+            previous_owner: Some(previous_owner).filter(|o| !o.is_empty()),
+        }))
     }
 
     /// Takes the lease, waiting up to `options.wait` for another writer's to end.
@@ -444,11 +699,15 @@ impl PgStore {
         &self,
         session: &str,
         options: &LeaseOptions,
-    ) -> Result<i64, SessionError> {
+    ) -> Result<Taken, SessionError> {
         let deadline = Instant::now() + options.wait;
         loop {
-            match self.acquire(session, options).await? {
-                Ok(epoch) => return Ok(epoch),
+            let attempt = self.acquire(session, options);
+            match self
+                .bounded(format!("taking the lease of session {session}"), attempt)
+                .await?
+            {
+                Ok(taken) => return Ok(taken),
                 Err(held) => {
                     let now = Instant::now();
                     if now >= deadline {
@@ -480,6 +739,26 @@ impl PgStore {
             .ok()??;
         Some((row.get(0), row.get(1), row.get(2)))
     }
+}
+
+/// What [`PgStore::release`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// The store has no such session.
+    NoSuchSession,
+    /// The session's lease is ended and its last owner fenced.
+    Ended {
+        /// Who held a live lease (none when it had already run out).
+        owner: Option<String>,
+    },
+}
+
+/// A lease this writer took.
+struct Taken {
+    /// Its fencing token.
+    epoch: i64,
+    /// The writer whose lease ended before (it may have had calls running).
+    previous_owner: Option<String>,
 }
 
 /// A lease someone else holds.
@@ -590,8 +869,12 @@ pub struct PostgresBackend {
     next_seq: u64,
     /// A commit failed in a way that may have left it in the database.
     in_doubt: bool,
-    /// Set when the renewal found the lease taken over.
+    /// The connections commit asynchronously (`--durability none`).
+    asynchronous_commit: bool,
+    /// Set when the renewal found the lease taken over, or the watchdog took it for lost.
     fenced: Arc<AtomicBool>,
+    /// Told when the lease is lost.
+    watch: LeaseWatch,
     /// No commit is tried before this (backoff after a failure).
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -619,13 +902,22 @@ impl PostgresBackend {
         durability: Durability,
         options: LeaseOptions,
     ) -> Result<(PostgresBackend, Recovery), SessionError> {
+        if options.lease.is_zero() || options.lease > MAX_LEASE {
+            return Err(SessionError::Refused(format!(
+                "a lease of {} ms: it must be more than 0 and at most {} ms",
+                options.lease.as_millis(),
+                MAX_LEASE.as_millis()
+            )));
+        }
         let driver = Driver::start()?;
         let url = url.to_string();
+        let round_trip = round_trip_limit(options.lease);
         let sess = session.to_string();
         let opts = options.clone();
-        let (store, epoch, tracker) = driver.run(async move {
-            let store = PgStore::connect(&url, durability == Durability::None).await?;
-            let epoch = store.acquire_waiting(&sess, &opts).await?;
+        let (store, taken, tracker, renewed_at) = driver.run(async move {
+            let store =
+                PgStore::connect_bounded(&url, durability == Durability::None, round_trip).await?;
+            let taken = store.acquire_waiting(&sess, &opts).await?;
             let mut tracker = Tracker::default();
             let mut broken = None;
             let mut count = 0usize;
@@ -642,9 +934,25 @@ impl PostgresBackend {
             if let Some(violation) = broken {
                 return Err(violation.into());
             }
-            Ok((store, epoch, tracker))
+            // Reading a long log may take a good part of the lease: renew it before the
+            // watchdog starts counting, and learn if it was taken meanwhile.
+            let renewed_at = boot_now();
+            if store.renew_lease(&sess, taken.epoch, opts.lease).await? == 0 {
+                return Err(SessionError::Poisoned(format!(
+                    "session {sess} was taken over while this writer read it"
+                )));
+            }
+            Ok((store, taken, tracker, renewed_at))
         })?;
-        let (closings, recovery) = tracker.finish(Tail::CLEAN)?;
+        // A call left open was running on the writer whose lease ended: it may have finished
+        // there (its effects are real) though its result never reached the log.
+        let (closings, recovery) = match &taken.previous_owner {
+            Some(owner) => {
+                tracker.finish_with(Tail::CLEAN, |id| recover::lease_lost_result(id, owner))?
+            }
+            None => tracker.finish(Tail::CLEAN)?,
+        };
+        let epoch = taken.epoch;
         let fenced = Arc::new(AtomicBool::new(false));
         let mut backend = PostgresBackend {
             driver,
@@ -654,12 +962,14 @@ impl PostgresBackend {
             owner: options.owner.clone(),
             next_seq: recovery.events_read + 1,
             in_doubt: false,
+            asynchronous_commit: durability == Durability::None,
             fenced: fenced.clone(),
+            watch: options.watch.clone(),
             retry_at: None,
             backoff: Duration::ZERO,
             renewal: None,
         };
-        backend.start_renewal(options.lease);
+        backend.start_renewal(options.lease, renewed_at);
         if !closings.is_empty() {
             backend.commit(closings, true)?;
         }
@@ -672,25 +982,43 @@ impl PostgresBackend {
         self.epoch
     }
 
-    fn start_renewal(&mut self, lease: Duration) {
-        let store = self.store.clone();
-        let session = self.session.clone();
-        let epoch = self.epoch;
-        let fenced = self.fenced.clone();
+    /// Starts the renewal and the watchdog; `renewed_at` is when (on the boot clock) the last
+    /// renewal was sent.
+    fn start_renewal(&mut self, lease: Duration, renewed_at: Duration) {
+        let guard = LeaseGuard {
+            store: self.store.clone(),
+            session: self.session.clone(),
+            epoch: self.epoch,
+            lease,
+            fenced: self.fenced.clone(),
+            watch: self.watch.clone(),
+            renewed_at: Arc::new(std::sync::Mutex::new(renewed_at)),
+        };
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.driver.spawn(async move {
-            let task = tokio::spawn(renew(store, session, epoch, lease, fenced));
+            let task = tokio::spawn(guard.run());
             let _ = tx.send(task.abort_handle());
         });
         self.renewal = rx.recv().ok();
     }
 
     fn fenced_error(&self) -> SessionError {
+        if let Some(why) = self.watch.lost_because()
+            && !why.contains("taken over")
+        {
+            return SessionError::Poisoned(format!(
+                "session {}: {why}; this writer (epoch {}) writes nothing more",
+                self.session, self.epoch
+            ));
+        }
         let store = self.store.clone();
         let session = self.session.to_string();
         let holder = self
             .driver
-            .run(async move { Ok(store.current_holder(&session).await) })
+            .run(async move {
+                let holder = async { Ok(store.current_holder(&session).await) };
+                store.bounded("reading who holds the lease", holder).await
+            })
             .ok()
             .flatten();
         let by = match holder {
@@ -715,40 +1043,85 @@ impl PostgresBackend {
     }
 }
 
-/// Renews the lease every third of its length until the writer is fenced or dropped.
-async fn renew(
+/// The share of the lease the watchdog keeps as margin: the lease is taken as lost a tenth
+/// of it before the database would end it.
+const WATCHDOG_MARGIN_DIVISOR: u32 = 10;
+
+/// A live writer's lease: renewed every third of its length, and watched on the boot clock.
+struct LeaseGuard {
     store: PgStore,
     session: Arc<str>,
     epoch: i64,
     lease: Duration,
     fenced: Arc<AtomicBool>,
-) {
-    let every = (lease / 3).max(Duration::from_millis(10));
-    loop {
-        tokio::time::sleep(every).await;
-        let client = match store.client().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, session = %session, "renewing the lease: no connection");
-                continue;
-            }
-        };
-        let renewed = client
-            .execute(
-                "UPDATE dsh_sessions SET lease_until = clock_timestamp() + make_interval(secs => $3)
-                 WHERE id = $1 AND epoch = $2",
-                &[&&*session, &epoch, &lease.as_secs_f64()],
-            )
-            .await;
-        match renewed {
-            Ok(0) => {
-                tracing::error!(session = %session, epoch, "the lease was taken over");
-                fenced.store(true, Ordering::SeqCst);
+    watch: LeaseWatch,
+    /// When (boot clock) the last successful renewal was sent: the database's lease runs
+    /// from a moment no earlier than that.
+    renewed_at: Arc<std::sync::Mutex<Duration>>,
+}
+
+impl LeaseGuard {
+    /// Renews and watches until the lease is lost or the writer is dropped.
+    async fn run(self) {
+        let watchdog = self.watchdog();
+        let renewal = self.renew();
+        tokio::select! {
+            () = watchdog => {}
+            () = renewal => {}
+        }
+    }
+
+    fn lose(&self, why: String) {
+        self.fenced.store(true, Ordering::SeqCst);
+        self.watch.mark(why);
+    }
+
+    /// Takes the lease as lost once the last renewal is older than the lease less the
+    /// margin. It checks often (a tenth of the lease, at most every 100 ms): a process frozen
+    /// past its lease sees so at most one check after it resumes.
+    async fn watchdog(&self) {
+        let lease = self.lease;
+        let limit = lease - lease / WATCHDOG_MARGIN_DIVISOR;
+        let every = (lease / 10).clamp(Duration::from_millis(5), Duration::from_millis(100));
+        loop {
+            tokio::time::sleep(every).await;
+            let renewed_at = *self.renewed_at.lock().unwrap_or_else(|e| e.into_inner());
+            let since = boot_now().saturating_sub(renewed_at);
+            if since >= limit {
+                self.lose(format!(
+                    "the lease was not renewed for {} ms of its {} ms (this process or machine \
+                     was paused, or the database was unreachable): it is taken as lost",
+                    since.as_millis(),
+                    lease.as_millis()
+                ));
                 return;
             }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %db_error("renewing the lease", &e), session = %session, "lease renewal failed");
+        }
+    }
+
+    async fn renew(&self) {
+        let every = (self.lease / 3).max(Duration::from_millis(10));
+        let session = &*self.session;
+        loop {
+            tokio::time::sleep(every).await;
+            let sent_at = boot_now();
+            match self
+                .store
+                .renew_lease(session, self.epoch, self.lease)
+                .await
+            {
+                Ok(0) => {
+                    tracing::error!(session, epoch = self.epoch, "the lease was taken over");
+                    self.lose("the lease was taken over: a renewal found another writer's".into());
+                    return;
+                }
+                Ok(_) => {
+                    let mut at = self.renewed_at.lock().unwrap_or_else(|e| e.into_inner());
+                    *at = (*at).max(sent_at);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, session, "lease renewal failed");
+                }
             }
         }
     }
@@ -762,7 +1135,8 @@ struct Rows {
 }
 
 /// One fenced commit: the session row is updated only under our epoch and seq, and the events
-/// go in with it, in one statement (one transaction when an earlier commit is in doubt).
+/// go in with it, in one statement (one transaction when an earlier commit is in doubt, or
+/// when `synchronous` must override the connection's asynchronous commit).
 async fn commit_rows(
     store: PgStore,
     session: Arc<str>,
@@ -770,6 +1144,7 @@ async fn commit_rows(
     from: i64,
     rows: Rows,
     in_doubt: bool,
+    synchronous: bool,
 ) -> Result<bool, SessionError> {
     let Rows { seqs, steps, lines } = rows;
     let ctx = || format!("committing to session {session}");
@@ -782,7 +1157,7 @@ async fn commit_rows(
         INSERT INTO dsh_events (session_id, seq, step, epoch, line)
         SELECT s.id, t.seq, t.step, $2, t.line
         FROM s, unnest($5::bigint[], $6::bigint[], $7::text[]) AS t(seq, step, line)";
-    if !in_doubt {
+    if !in_doubt && !synchronous {
         let rows = if n == 0 {
             client
                 .execute(
@@ -803,44 +1178,59 @@ async fn commit_rows(
         };
         return Ok(rows == n.max(1));
     }
-    // An earlier commit may have landed after all: whatever lies at or after `from` was never
-    // acknowledged, and goes first, under the same fence.
     let tx = client
         .transaction()
         .await
         .map_err(|e| db_error(ctx(), &e))?;
-    let owned = tx
-        .execute(
-            "UPDATE dsh_sessions SET next_seq = $3, updated_at = clock_timestamp()
-             WHERE id = $1 AND epoch = $2",
-            &[&&*session, &epoch, &from],
-        )
-        .await
-        .map_err(|e| db_error(ctx(), &e))?;
-    if owned == 0 {
-        return Ok(false);
+    if synchronous {
+        tx.batch_execute("SET LOCAL synchronous_commit = on")
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
     }
-    let undone = tx
-        .execute(
-            "DELETE FROM dsh_events WHERE session_id = $1 AND seq >= $2",
-            &[&&*session, &from],
-        )
-        .await
-        .map_err(|e| db_error(ctx(), &e))?;
-    if undone > 0 {
-        tracing::warn!(session = %session, from, undone, "removed the events of a commit that failed but had landed");
-    }
-    if n > 0 {
-        let rows = tx
+    if in_doubt {
+        // An earlier commit may have landed after all: whatever lies at or after `from` was
+        // never acknowledged, and goes first, under the same fence (an epoch no other writer
+        // of any session ever holds).
+        let owned = tx
             .execute(
-                insert,
-                &[&&*session, &epoch, &from, &to, &seqs, &steps, &lines],
+                "UPDATE dsh_sessions SET next_seq = $3, updated_at = clock_timestamp()
+                 WHERE id = $1 AND epoch = $2",
+                &[&&*session, &epoch, &from],
             )
             .await
             .map_err(|e| db_error(ctx(), &e))?;
-        if rows != n {
+        if owned == 0 {
             return Ok(false);
         }
+        let undone = tx
+            .execute(
+                "DELETE FROM dsh_events WHERE session_id = $1 AND seq >= $2",
+                &[&&*session, &from],
+            )
+            .await
+            .map_err(|e| db_error(ctx(), &e))?;
+        if undone > 0 {
+            tracing::warn!(session = %session, from, undone, "removed the events of a commit that failed but had landed");
+        }
+    }
+    let rows = if n == 0 {
+        tx.execute(
+            "UPDATE dsh_sessions SET updated_at = clock_timestamp()
+             WHERE id = $1 AND epoch = $2 AND next_seq = $3",
+            &[&&*session, &epoch, &from],
+        )
+        .await
+        .map_err(|e| db_error(ctx(), &e))?
+    } else {
+        tx.execute(
+            insert,
+            &[&&*session, &epoch, &from, &to, &seqs, &steps, &lines],
+        )
+        .await
+        .map_err(|e| db_error(ctx(), &e))?
+    };
+    if rows != n.max(1) {
+        return Ok(false);
     }
     tx.commit().await.map_err(|e| db_error(ctx(), &e))?;
     Ok(true)
@@ -883,14 +1273,22 @@ impl LogBackend for PostgresBackend {
             lines.push(event.to_json_line());
         }
         let n = events.len() as u64;
-        let fut = commit_rows(
+        // Write-ahead: a `tool/call` is durable before its body may run, under every
+        // durability; `none` relaxes only the rest (results, messages).
+        let synchronous =
+            self.asynchronous_commit && events.iter().any(|e| e.body.type_str() == "tool/call");
+        let store = self.store.clone();
+        let commit = commit_rows(
             self.store.clone(),
             self.session.clone(),
             self.epoch,
             from,
             Rows { seqs, steps, lines },
             self.in_doubt,
+            synchronous,
         );
+        let context = format!("committing to session {}", self.session);
+        let fut = async move { store.bounded(context, commit).await };
         match self.driver.run(fut) {
             Ok(true) => {
                 self.in_doubt = false;
@@ -901,6 +1299,8 @@ impl LogBackend for PostgresBackend {
             }
             Ok(false) => {
                 self.fenced.store(true, Ordering::SeqCst);
+                self.watch
+                    .mark("the lease was taken over: an append was refused by the fence");
                 Err(self.fenced_error())
             }
             Err(e) => Err(self.failed(e)),

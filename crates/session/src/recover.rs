@@ -462,6 +462,21 @@ pub(crate) fn aborted_result(call_id: &str) -> ToolResultData {
     }
 }
 
+/// The result a new owner gives a call that was running on a writer whose lease ended (the
+/// PostgreSQL store): `ABORTED` in the log, but the call may well have run to the end there.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn lease_lost_result(call_id: &str, owner: &str) -> ToolResultData {
+    let mut result = aborted_result(call_id);
+    let message = format!(
+        "the call was running on {owner}, whose lease on the session ended before its result \
+         was recorded; it may have finished there (its effects may have happened), but its \
+         result is unknown"
+    );
+    result.message = vec![ContentBlock::text(message.clone())];
+    result.error = Some(ToolError::new(ErrorCode::Aborted, message));
+    result
+}
+
 /// Follows a log event by event, checking every invariant as it goes ([`StreamCheck`]), to
 /// learn what recovery must append and where it resumes.
 ///
@@ -493,7 +508,16 @@ impl Tracker {
     /// the log's last), and the recovery report. The closings pass the same checks as the
     /// events before them: a step that cannot take them (a `user/message` already follows its
     /// open calls) is refused.
-    pub fn finish(mut self, tail: Tail) -> Result<(Vec<SessionEvent>, Recovery), Violation> {
+    pub fn finish(self, tail: Tail) -> Result<(Vec<SessionEvent>, Recovery), Violation> {
+        self.finish_with(tail, aborted_result)
+    }
+
+    /// [`Tracker::finish`], with `closing` making the result of each open call.
+    pub fn finish_with(
+        mut self,
+        tail: Tail,
+        closing: impl Fn(&str) -> ToolResultData,
+    ) -> Result<(Vec<SessionEvent>, Recovery), Violation> {
         let mut seq = self.events + 1;
         let open: Vec<(u64, u64, String)> = self
             .check
@@ -506,7 +530,7 @@ impl Tracker {
             let closing = SessionEvent {
                 seq,
                 step,
-                body: EventBody::result(aborted_result(&call_id), call_seq),
+                body: EventBody::result(closing(&call_id), call_seq),
             };
             self.check.push(&closing)?;
             closings.push(closing);

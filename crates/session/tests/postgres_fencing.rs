@@ -1,7 +1,8 @@
 //! The PostgreSQL backend's single writer: a lease with an epoch, checked by every commit; a
-//! writer whose lease was taken over writes nothing more; the lease is renewed while the
-//! writer lives; and a database that goes away fails appends cleanly, without losing what was
-//! acknowledged.
+//! writer whose lease was taken over writes nothing more, even when its session was deleted
+//! and made again; the lease is renewed while the writer lives; a database that goes away, or
+//! freezes, fails appends cleanly and in bounded time, without losing what was acknowledged;
+//! and a database crash under `--durability none` never loses a `tool/call`.
 #![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,6 +20,7 @@ fn lease(ms: u64, owner: &str) -> LeaseOptions {
         lease: Duration::from_millis(ms),
         wait: Duration::ZERO,
         owner: owner.into(),
+        watch: Default::default(),
     }
 }
 
@@ -249,6 +251,242 @@ async fn a_database_restarted_under_a_session_loses_nothing_acknowledged_and_run
     let text: Vec<String> = events.iter().map(SessionEvent::to_json_line).collect();
     assert_eq!(events.len(), 4, "{text:#?}");
     assert!(!text.iter().any(|l| l.contains("lost")), "{text:#?}");
+    pg::stop_cluster(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_deleted_and_made_again_never_repeats_a_fencing_token() {
+    let url = pg::url();
+    let id = pg::session_id("recreated");
+    let (old, _) =
+        SessionLog::open_postgres(&url, &id, Durability::Batch, lease(60_000, "old"), None)
+            .await
+            .unwrap();
+    // The old writer is paused past its lease, and `dsh sessions --prune-older-than` deletes
+    // the session; a new writer makes a session of the same id.
+    sql(
+        &url,
+        "UPDATE dsh_sessions SET lease_until = clock_timestamp() - interval '1 second',
+             updated_at = clock_timestamp() - interval '3 days' WHERE id = $1",
+        &id,
+    )
+    .await;
+    let store = PgStore::connect(&url, false).await.unwrap();
+    assert!(store.prune_older_than(2).await.unwrap().contains(&id));
+    let (new, _) =
+        SessionLog::open_postgres(&url, &id, Durability::Batch, lease(60_000, "new"), None)
+            .await
+            .unwrap();
+
+    // The old writer wakes while the new session's next seq is the one it expects.
+    let err = old.append(1, call_body("a1")).await.unwrap_err();
+    assert!(
+        matches!(&err, SessionError::Poisoned(why) if why.contains("taken over")),
+        "{err}"
+    );
+    let b = new.append(1, call_body("b1")).await.unwrap();
+    new.append(1, result_body("b1", b)).await.unwrap();
+    new.close().await.unwrap();
+
+    let events = stored(&url, &id).await;
+    check(&events).unwrap();
+    let text: Vec<String> = events.iter().map(SessionEvent::to_json_line).collect();
+    assert_eq!(events.len(), 2, "{text:#?}");
+    assert!(!text.iter().any(|l| l.contains("a1")), "{text:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_past_ten_minutes_is_refused() {
+    let url = pg::url();
+    let id = pg::session_id("century");
+    let err = SessionLog::open_postgres(
+        &url,
+        &id,
+        Durability::Batch,
+        lease(9_999_999_999_999, "forever"),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("at most 600000 ms"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lease_fences_its_owner_and_frees_the_session_at_once() {
+    let url = pg::url();
+    let id = pg::session_id("released");
+    let (old, _) =
+        SessionLog::open_postgres(&url, &id, Durability::Batch, lease(60_000, "dead"), None)
+            .await
+            .unwrap();
+    old.append(1, user_body("a", "c")).await.unwrap();
+    let store = PgStore::connect(&url, false).await.unwrap();
+    assert_eq!(
+        store.release(&id).await.unwrap(),
+        dsh_session::postgres::Released::Ended {
+            owner: Some("dead".into())
+        }
+    );
+    assert_eq!(
+        store.release("no-such-session").await.unwrap(),
+        dsh_session::postgres::Released::NoSuchSession
+    );
+    let (new, _) =
+        SessionLog::open_postgres(&url, &id, Durability::Batch, lease(60_000, "next"), None)
+            .await
+            .unwrap();
+    let err = old.append(1, user_body("late", "c")).await.unwrap_err();
+    assert!(matches!(err, SessionError::Poisoned(_)), "{err}");
+    new.append(1, user_body("b", "c")).await.unwrap();
+    new.close().await.unwrap();
+    let text: Vec<String> = stored(&url, &id)
+        .await
+        .iter()
+        .map(SessionEvent::to_json_line)
+        .collect();
+    assert_eq!(text.len(), 2, "{text:#?}");
+    assert!(!text.iter().any(|l| l.contains("late")), "{text:#?}");
+}
+
+/// A TCP relay to the server that can be frozen: while frozen it passes nothing on, in either
+/// direction, as a paused server (`SIGSTOP`, a frozen VM) whose host still holds the socket.
+struct Relay {
+    port: u16,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn start(upstream: std::net::SocketAddr) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = frozen.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let flag = flag.clone();
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let mut buf = [0u8; 16384];
+                        loop {
+                            let n = match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            // Bounded: a test never holds it frozen for a minute.
+                            for _ in 0..6000 {
+                                if !flag.load(Ordering::SeqCst) {
+                                    break;
+                                }
+                                std::thread::sleep(Duration::from_millis(10));
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { port, frozen }
+    }
+
+    fn freeze(&self, on: bool) {
+        self.frozen.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_database_fails_an_append_within_the_round_trip_bound() {
+    let url = pg::url();
+    let config: tokio_postgres::Config = url.parse().unwrap();
+    let port = config.get_ports()[0];
+    let relay = Relay::start(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    let relayed = url.replace(&format!(":{port}/"), &format!(":{}/", relay.port));
+    let id = pg::session_id("frozen");
+    // A lease of 1 s: every round trip is bounded by 1 s.
+    let (log, _) =
+        SessionLog::open_postgres(&relayed, &id, Durability::Batch, lease(1_000, "w"), None)
+            .await
+            .unwrap();
+    log.append(1, user_body("before", "c")).await.unwrap();
+
+    relay.freeze(true);
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        log.append(1, user_body("during", "c")),
+    )
+    .await;
+    let waited = started.elapsed();
+    relay.freeze(false);
+    let answer = answer.expect("an append to a frozen database never ended");
+    assert!(answer.is_err(), "an append to a frozen database succeeded");
+    assert!(
+        waited < Duration::from_secs(5),
+        "the append failed only after {waited:?}"
+    );
+    let _ = log.close().await;
+
+    // What was acknowledged is there; nothing that failed is.
+    let text: Vec<String> = stored(&url, &id)
+        .await
+        .iter()
+        .map(SessionEvent::to_json_line)
+        .collect();
+    assert!(text[0].contains("before"), "{text:#?}");
+    assert!(!text.iter().any(|l| l.contains("during")), "{text:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_crash_under_durability_none_never_loses_a_tool_call() {
+    let dir = pg::cluster_dir("crash-none");
+    let url = pg::start_cluster(&dir);
+    // The server's WAL writer waits 10 s between flushes: an asynchronous commit stays in
+    // memory that long, and the crash below loses it.
+    {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        for statement in [
+            "ALTER SYSTEM SET wal_writer_delay = '10s'",
+            "SELECT pg_reload_conf()",
+        ] {
+            client.batch_execute(statement).await.unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = pg::session_id("crash-none");
+    let (log, _) = SessionLog::open_postgres(&url, &id, Durability::None, lease(60_000, "w"), None)
+        .await
+        .unwrap();
+    let a = log.append(1, call_body("a")).await.unwrap();
+    log.append(1, result_body("a", a)).await.unwrap();
+    // Acknowledged: under write-ahead, the call may run now.
+    log.append(2, call_body("b")).await.unwrap();
+    pg::crash_cluster(&dir);
+    pg::start_cluster(&dir);
+    drop(log);
+
+    let events = stored(&url, &id).await;
+    let text: Vec<String> = events.iter().map(SessionEvent::to_json_line).collect();
+    let calls: Vec<&String> = text.iter().filter(|l| l.contains("tool/call")).collect();
+    assert_eq!(
+        calls.len(),
+        2,
+        "a crash lost an acknowledged tool/call: {text:#?}"
+    );
     pg::stop_cluster(&dir);
     let _ = std::fs::remove_dir_all(&dir);
 }

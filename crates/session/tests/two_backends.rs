@@ -306,3 +306,33 @@ async fn a_session_has_one_writer_at_a_time() {
         again.close().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_dropped_without_close_lets_go_of_its_session() {
+    for store in Store::both() {
+        let name = store.name();
+        let id = pg::session_id("dropped");
+        let (log, _) = store.open(&id).await.unwrap();
+        let writer = log.actor_cell();
+        log.append(1, user_body("a", "c")).await.unwrap();
+        drop(log);
+        // The writer stops and lets go of the session (a file's lock, a store's lease) at once.
+        let mut reopened = None;
+        for _ in 0..50 {
+            match store.open(&id).await {
+                Ok((log, _)) => {
+                    reopened = Some(log);
+                    break;
+                }
+                Err(SessionError::InUse(_) | SessionError::Leased { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("{name}: {e}"),
+            }
+        }
+        let log = reopened.unwrap_or_else(|| panic!("{name}: the dropped log still holds it"));
+        assert_eq!(writer.get_status(), ractor::ActorStatus::Stopped, "{name}");
+        assert_eq!(log.snapshot().await.unwrap().len(), 1, "{name}");
+        log.close().await.unwrap();
+    }
+}

@@ -41,9 +41,11 @@ pub(crate) fn scrubbed(
     let mut out: Vec<(OsString, OsString)> = vars
         .into_iter()
         .filter(|(name, _)| {
-            // A name that is not UTF-8 cannot be core, and the user cannot have named it.
-            name.to_str()
-                .is_some_and(|name| is_core(name) || is_named(name, pass))
+            // A name that is not UTF-8 cannot be core, and the user cannot have named it. The
+            // store's URL never reaches a command, even when named.
+            name.to_str().is_some_and(|name| {
+                !dsh_core::STORE_ENV_VARS.contains(&name) && (is_core(name) || is_named(name, pass))
+            })
         })
         .filter(|(name, _)| {
             !SET.iter().any(|(n, _)| OsStr::new(n) == name)

@@ -410,6 +410,7 @@ impl ShellTool {
                 c(command.as_bytes(), "command")?,
             ],
             envp,
+            dsh_blocks: crate::process::plan::own_argument_blocks(),
         };
         Ok(Launch {
             plan,

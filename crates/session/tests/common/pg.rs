@@ -32,9 +32,18 @@ pub fn start_cluster(dir: &Path) -> String {
 
 /// Stops the cluster in `dir`.
 pub fn stop_cluster(dir: &Path) {
+    run_script("stop", dir);
+}
+
+/// Stops the cluster in `dir` as a crash of the server does (no checkpoint, no WAL flush).
+pub fn crash_cluster(dir: &Path) {
+    run_script("crash", dir);
+}
+
+fn run_script(command: &str, dir: &Path) {
     let out = Command::new("bash")
         .arg(script())
-        .arg("stop")
+        .arg(command)
         .arg(dir)
         .output()
         .expect("running scripts/postgres.sh");

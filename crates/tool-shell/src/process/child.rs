@@ -397,7 +397,27 @@ fn apply_mount(op: &MountOp) -> Result<(), (Stage, i32)> {
 // ---------------------------------------------------------------------------------------------
 // Init.
 
+/// Overwrites this process's copy of dsh's arguments and environment and makes it
+/// non-dumpable (its `/proc` files then belong to root and `environ` needs ptrace rights), so
+/// no command reads dsh's command line or variables through it. Done in init, after the
+/// keeper wrote its own uid and gid maps (a non-dumpable process cannot open them).
+fn hide_dsh_blocks(plan: &ChildPlan) {
+    for &(start, end) in &plan.dsh_blocks {
+        if start != 0 && end > start {
+            // SAFETY: `[start, end)` is this process's argument or environment block, as the
+            // kernel recorded it (read from /proc/self/stat before the fork): mapped and
+            // writable (the initial stack). This forked copy never reads it again (nothing
+            // here uses `std::env`), and the write touches only its own copy-on-write pages.
+            unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+        }
+    }
+    if let Err(e) = prctl(libc::PR_SET_DUMPABLE, 0) {
+        fail(plan, Stage::Dumpable, 0, e);
+    }
+}
+
 fn init(plan: &ChildPlan, exec: &ExecPtrs, pid_namespace: bool, keeper_pid: pid_t) -> ! {
+    hide_dsh_blocks(plan);
     if pid_namespace {
         // PID 1 dies with the keeper (and with it the namespace). The keeper cannot be named
         // from inside the namespace (getppid is 0 here), so the race the check would close is

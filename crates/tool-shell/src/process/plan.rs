@@ -58,6 +58,8 @@ pub(crate) enum Stage {
     Exec = 22,
     /// Joining a session keyring of its own (`KEYCTL_JOIN_SESSION_KEYRING`).
     Keyring = 23,
+    /// Making init non-dumpable (`PR_SET_DUMPABLE`).
+    Dumpable = 24,
 }
 
 impl Stage {
@@ -88,6 +90,7 @@ impl Stage {
             Seccomp,
             Exec,
             Keyring,
+            Dumpable,
         ]
         .get(usize::from(n))
         .copied()
@@ -121,6 +124,7 @@ impl Stage {
             Stage::Seccomp => "the seccomp filter",
             Stage::Exec => "running the shell (execve)",
             Stage::Keyring => "a session keyring of its own (keyctl)",
+            Stage::Dumpable => "hiding dsh's memory from the command (PR_SET_DUMPABLE)",
         }
     }
 
@@ -204,6 +208,33 @@ pub(crate) struct ChildPlan {
     pub argv: Vec<CString>,
     /// The environment, `NAME=value`.
     pub envp: Vec<CString>,
+    /// dsh's argument and environment blocks (`[start, end)` addresses), which the forked init
+    /// still holds a copy of and overwrites: see [`own_argument_blocks`].
+    pub dsh_blocks: [(usize, usize); 2],
+}
+
+/// Where this process's argument and environment blocks lie (the kernel's `arg_start`,
+/// `arg_end`, `env_start`, `env_end`, fields 48 to 51 of `/proc/self/stat`). A forked init
+/// is a copy of dsh that never execs: without overwriting them, a command in its PID
+/// namespace reads dsh's whole command line and environment (a store's password, say) from
+/// `/proc/1/cmdline` and `/proc/1/environ`. Empty ranges when they cannot be read.
+pub(crate) fn own_argument_blocks() -> [(usize, usize); 2] {
+    static BLOCKS: std::sync::OnceLock<[(usize, usize); 2]> = std::sync::OnceLock::new();
+    *BLOCKS.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // The fields after the command name, which may hold spaces and parentheses.
+        let after = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+        let fields: Vec<usize> = after
+            .split_whitespace()
+            .skip(45)
+            .take(4)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        match fields[..] {
+            [a, b, c, d] if a <= b && c <= d => [(a, b), (c, d)],
+            _ => [(0, 0), (0, 0)],
+        }
+    })
 }
 
 /// The pointer arrays `execve` takes, made on the spawner thread right before the fork (raw
