@@ -689,7 +689,8 @@ async fn assemble(
         Some(ms) => TimeoutLayer::default().with_default_ms(ms).with_cap_ms(ms),
         None => TimeoutLayer::default().with_default_ms(DEFAULT_TIMEOUT_MS),
     };
-    let mut builder = HarnessBuilder::new(registry);
+    // A session continued from its log remembers the reads read-before-edit needs.
+    let mut builder = HarnessBuilder::new(registry).resumes(Arc::new(parts.toolset.clone()));
     if let Logs::Folder(folder) = logs {
         builder = builder.store(SessionStore::Directory {
             root: folder.to_path_buf(),

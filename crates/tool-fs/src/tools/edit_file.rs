@@ -8,6 +8,7 @@ use crate::edit::apply_edit_within;
 use crate::error::quote_path;
 use crate::hash::ContentHash;
 use crate::intent::FsOp;
+use crate::records;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
@@ -254,7 +255,14 @@ impl ToolDefinition for EditFile {
         self.shared
             .monitor
             .record_write(&ctx.agent, &shown, Some(hash));
-        Ok(json!({"path": shown, "replacements": replacements}))
+        Ok(records::with_records(
+            json!({"path": shown, "replacements": replacements}),
+            vec![records::entry(&shown, Some(hash))],
+        ))
+    }
+
+    fn result_meta(&self, value: &Value) -> Option<serde_json::Map<String, Value>> {
+        records::meta_of(value)
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
