@@ -314,6 +314,18 @@ pub struct PipelineOptions {
     /// those that exist.
     #[arg(long = "claude-settings", value_name = "FILE|auto")]
     pub claude_settings: Vec<PathBuf>,
+    /// How long opening the log file waits while another `dsh` holds it (one still finishing
+    /// on the same log, as when a client starts a new `dsh serve` for every session), before
+    /// failing with a message saying so.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub lock_wait_ms: u64,
+}
+
+impl PipelineOptions {
+    /// `--lock-wait-ms`.
+    pub fn lock_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.lock_wait_ms)
+    }
 }
 
 /// `--profile`.

@@ -629,7 +629,10 @@ async fn assemble(
             {
                 parts.created = Some(file.to_path_buf());
             }
-            match target.open(options.durability.into()).await {
+            match target
+                .open(options.durability.into(), options.lock_wait())
+                .await
+            {
                 Ok((log, recovered)) => {
                     parts.log = Some(log);
                     recovery = Some(recovered);

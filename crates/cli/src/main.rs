@@ -15,6 +15,7 @@ mod policy_paths;
 mod replay;
 mod run;
 mod serve;
+mod serve_refusal;
 mod store;
 mod tools;
 
