@@ -155,6 +155,11 @@ pub struct ToolsArgs {
     /// Leave out the tools that change files.
     #[arg(long)]
     pub read_only: bool,
+    /// With `--format openai`: the variant for strict function calling (`"strict": true`;
+    /// every property required, the optional ones nullable). The tools take what it
+    /// describes: an optional argument sent as `null` (or empty) is read as not given.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// `dsh run`.

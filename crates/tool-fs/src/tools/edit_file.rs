@@ -91,7 +91,10 @@ fn edits_of(input: &Value) -> Result<Vec<Edit>, ToolFailure> {
             .and_then(Value::as_bool)
             .unwrap_or(false),
     };
-    let single = input.get("old_string").is_some() || input.get("new_string").is_some();
+    // Beside `edits`, an empty `old_string` and `new_string` are what strict function calling
+    // sends for "not given" (an empty `old_string` matches nothing anyway).
+    let given = |key: &str| input.get(key).is_some_and(|v| v.as_str() != Some(""));
+    let single = given("old_string") || given("new_string");
     match (input.get("edits").and_then(Value::as_array), single) {
         (Some(list), false) => Ok(list.iter().map(one).collect()),
         (None, true)
@@ -173,6 +176,11 @@ impl ToolDefinition for EditFile {
 
     fn declared_paths(&self, input: &Value) -> Vec<dsh_core::DeclaredPath> {
         super::declared(EDIT_FILE, input)
+    }
+
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["edits"]
     }
 
     fn resolves_own_paths(&self) -> bool {

@@ -140,6 +140,11 @@ impl ToolDefinition for ReadFile {
         super::declared(READ_FILE, input)
     }
 
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["offset", "limit"]
+    }
+
     fn resolves_own_paths(&self) -> bool {
         true
     }
