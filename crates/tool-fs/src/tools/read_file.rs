@@ -142,7 +142,7 @@ impl ToolDefinition for ReadFile {
 
     // Strict function calling sends these empty for "not given".
     fn empty_means_absent(&self) -> &[&'static str] {
-        &["offset", "limit"]
+        &["limit"]
     }
 
     fn resolves_own_paths(&self) -> bool {
