@@ -19,6 +19,8 @@ pub struct ProfileEntry {
     description: &'static str,
     schema: fn() -> Value,
     translate: fn(&Value) -> Value,
+    /// Optional arguments whose empty value means "not given" (strict function calling).
+    empties: &'static [&'static str],
 }
 
 /// The `claude-code` profile, in Claude Code's order.
@@ -31,6 +33,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
                       to it; `offset` is the first line (1-based) and `limit` how many lines.",
         schema: read_schema,
         translate: read_input,
+        empties: &["offset", "limit"],
     },
     ProfileEntry {
         name: "Write",
@@ -39,6 +42,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
         description: "Writes a whole file. An existing file must have been read first.",
         schema: write_schema,
         translate: write_input,
+        empties: &[],
     },
     ProfileEntry {
         name: "Edit",
@@ -48,6 +52,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
                       occur once unless `replace_all` is true.",
         schema: edit_schema,
         translate: edit_input,
+        empties: &[],
     },
     ProfileEntry {
         name: "MultiEdit",
@@ -56,6 +61,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
         description: "Several edits to one file read before, applied in order: all of them or none.",
         schema: multi_edit_schema,
         translate: multi_edit_input,
+        empties: &[],
     },
     ProfileEntry {
         name: "Glob",
@@ -64,6 +70,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
         description: "Finds files by a glob pattern (`**/*.rs`) below `path` (default: the workspace).",
         schema: glob_schema,
         translate: same_input,
+        empties: &["path"],
     },
     ProfileEntry {
         name: "Grep",
@@ -72,6 +79,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
         description: "Searches file contents with a regular expression (ripgrep's syntax).",
         schema: grep_schema,
         translate: grep_input,
+        empties: &["path", "glob", "type", "output_mode", "head_limit"],
     },
     ProfileEntry {
         name: "LS",
@@ -80,6 +88,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
         description: "Lists a directory; `ignore` names glob patterns to leave out.",
         schema: ls_schema,
         translate: same_input,
+        empties: &["ignore"],
     },
     ProfileEntry {
         name: "Bash",
@@ -89,6 +98,7 @@ pub const PROFILE: [ProfileEntry; 8] = [
                       milliseconds (at most 600000).",
         schema: bash_schema,
         translate: bash_input,
+        empties: &["timeout"],
     },
 ];
 
@@ -148,6 +158,10 @@ impl ToolDefinition for ProfileTool {
 
     fn input_schema(&self) -> Value {
         (self.entry.schema)()
+    }
+
+    fn empty_means_absent(&self) -> &[&'static str] {
+        self.entry.empties
     }
 
     fn output_schema(&self) -> Option<Value> {

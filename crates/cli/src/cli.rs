@@ -155,6 +155,11 @@ pub struct ToolsArgs {
     /// Leave out the tools that change files.
     #[arg(long)]
     pub read_only: bool,
+    /// With `--format openai`: the variant for strict function calling (`"strict": true`;
+    /// every property required, the optional ones nullable). The tools take what it
+    /// describes: an optional argument sent as `null` (or empty) is read as not given.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// `dsh run`.
@@ -357,6 +362,18 @@ pub struct PipelineOptions {
     /// those that exist.
     #[arg(long = "claude-settings", value_name = "FILE|auto")]
     pub claude_settings: Vec<PathBuf>,
+    /// How long opening the log file waits while another `dsh` holds it (one still finishing
+    /// on the same log, as when a client starts a new `dsh serve` for every session), before
+    /// failing with a message saying so.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub lock_wait_ms: u64,
+}
+
+impl PipelineOptions {
+    /// `--lock-wait-ms`.
+    pub fn lock_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.lock_wait_ms)
+    }
 }
 
 /// `--profile`.

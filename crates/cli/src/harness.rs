@@ -366,7 +366,7 @@ async fn wire_onto(
         parts.mcp = Some(start_mcp(mcp.servers.clone(), &registry, plan.read_only).await?);
     }
     let hooks = pipeline_hooks(plan, parts);
-    let harness = build_harness(plan, registry, hooks, approval).await?;
+    let harness = build_harness(plan, registry, hooks, approval, &parts.toolset).await?;
     Ok((harness, recovery))
 }
 
@@ -425,7 +425,7 @@ async fn open_logs(
                 parts.created = Some(file.to_path_buf());
             }
             let (log, recovered) = target
-                .open(plan.durability.into())
+                .open(plan.durability.into(), plan.lock_wait)
                 .await
                 .map_err(|e| CliError::log(&target.label(), e))?;
             parts.log = Some(log);
@@ -474,6 +474,7 @@ async fn build_harness(
     registry: Arc<ToolRegistry>,
     hooks: Hooks,
     approval: Arc<dyn ApprovalResponder>,
+    toolset: &FsToolset,
 ) -> Result<Harness, CliError> {
     // The harness installs the timeout innermost (each retry gets its own deadline). With
     // `--timeout-ms` it caps every tool; without it, each tool keeps its own timeout and the
@@ -482,7 +483,8 @@ async fn build_harness(
         Some(ms) => TimeoutLayer::default().with_default_ms(ms).with_cap_ms(ms),
         None => TimeoutLayer::default().with_default_ms(DEFAULT_TIMEOUT_MS),
     };
-    let mut builder = HarnessBuilder::new(registry);
+    // A session continued from its log remembers the reads read-before-edit needs.
+    let mut builder = HarnessBuilder::new(registry).resumes(Arc::new(toolset.clone()));
     if let Logs::Folder(folder) = plan.logs {
         builder = builder.store(SessionStore::Directory {
             root: folder.to_path_buf(),

@@ -17,6 +17,7 @@ mod policy_paths;
 mod replay;
 mod run;
 mod serve;
+mod serve_refusal;
 mod shell_env;
 mod store;
 mod tools;

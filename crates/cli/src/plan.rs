@@ -93,6 +93,8 @@ pub struct Plan<'a> {
     pub timeout_ms: Option<u64>,
     /// `--max-parallel`.
     pub max_parallel: u32,
+    /// `--lock-wait-ms`: how long to wait for a log another writer holds.
+    pub lock_wait: std::time::Duration,
     /// `--approve` (`dsh serve` asks its client instead under `prompt`).
     pub approve: Approve,
     /// dsh's own files: no tool may write them, `shell` commands see them read-only.
@@ -133,6 +135,7 @@ impl<'a> Plan<'a> {
             shell_env,
             timeout_ms: options.timeout_ms,
             max_parallel: options.max_parallel,
+            lock_wait: options.lock_wait(),
             approve: options.approve,
             own_files: Vec::new(),
         };

@@ -136,7 +136,9 @@ pub fn recover(rt: &Runtime, target: &LogTarget) -> Result<u8, CliError> {
             // A session that is not there is a mistake too.
             store::read_events(rt, target)?;
             rt.block_on(async {
-                let (log, recovery) = target.open(Durability::Always).await?;
+                let (log, recovery) = target
+                    .open(Durability::Always, std::time::Duration::ZERO)
+                    .await?;
                 log.close().await?;
                 Ok::<_, dsh_session::SessionError>(recovery)
             })

@@ -44,7 +44,13 @@ pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
         // stdin carries MCP, so no terminal prompt can use it.
         let log = crate::store::LogTarget::new(args.log.as_ref(), &args.store)?;
         let running =
-            harness::start(&args.workspace, &log, &args.options, false, responder).await?;
+            match harness::start(&args.workspace, &log, &args.options, false, responder).await {
+                Ok(running) => running,
+                Err(e) => {
+                    crate::serve_refusal::refuse(&e.to_string()).await;
+                    return Err(e);
+                }
+            };
         let server = DshServer::new(
             running.session.clone(),
             running.harness.pipeline().registry(),

@@ -168,12 +168,16 @@ impl LogTarget {
 
     /// Opens the log for writing: recovered, and (for a store) under the session's lease,
     /// waited for up to twice its length.
+    /// A log file held by another writer is waited for up to `lock_wait`.
     pub async fn open(
         &self,
         durability: Durability,
+        lock_wait: Duration,
     ) -> Result<(SessionLog, Recovery), SessionError> {
         match self {
-            LogTarget::File(path) => SessionLog::open_file(path, durability, None).await,
+            LogTarget::File(path) => {
+                SessionLog::open_file_waiting(path, durability, lock_wait, None).await
+            }
             LogTarget::Postgres {
                 url,
                 session,

@@ -21,6 +21,11 @@ const WRITERS: [&str; 3] = ["write_file", "edit_file", "apply_patch"];
 /// refuse is left out and named on stderr.
 pub fn tools(rt: &Runtime, args: &ToolsArgs, out: &mut JsonLines) -> Result<u8, CliError> {
     let format: dsh_formats::Format = args.format.into();
+    if args.strict && format != dsh_formats::Format::OpenAi {
+        return Err(CliError::Usage(
+            "--strict is OpenAI's strict function calling: use it with --format openai".into(),
+        ));
+    }
     let scratch = tempfile::tempdir()
         .map_err(|e| CliError::Start(format!("a scratch workspace for the tools: {e}")))?;
     let registry = Arc::new(ToolRegistry::new());
@@ -150,6 +155,11 @@ pub fn tools(rt: &Runtime, args: &ToolsArgs, out: &mut JsonLines) -> Result<u8, 
             }
         })
         .collect();
-    out.print(&[serde_json::Value::Array(render_tools(format, &specs))])?;
+    let rendered = if args.strict {
+        dsh_formats::render_strict_tools(&specs)
+    } else {
+        render_tools(format, &specs)
+    };
+    out.print(&[serde_json::Value::Array(rendered)])?;
     Ok(EXIT_OK)
 }

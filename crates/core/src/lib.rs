@@ -30,6 +30,7 @@ pub mod policy;
 pub mod pool;
 pub mod registry;
 pub mod result;
+pub mod resume;
 pub mod shutdown;
 pub mod signal;
 pub mod tool;
@@ -50,6 +51,7 @@ pub use paths::{Confinement, DeclaredPath, PathArg, ResolvedPath, ResolvedPaths}
 pub use policy::{Access, PathPolicies, PathPolicy, ProtectedPaths};
 pub use registry::{RegisteredTool, ToolRegistry};
 pub use result::{DeferredMessage, FrozenResult, ToolError};
+pub use resume::ResumeFromLog;
 pub use shutdown::Shutdown;
 pub use signal::{CancelHandle, CancelReason, Signal};
 pub use tool::{

@@ -7,7 +7,10 @@ use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 
+mod absent;
 mod schema_cost;
+
+pub use absent::strict_schema;
 
 /// The most subschema applications validating one value of an instance may cost; a schema
 /// that can cost more (nested `anyOf`/`$ref` chains multiply) is refused at registration.
@@ -34,6 +37,10 @@ pub struct RegisteredTool {
     definition: Arc<dyn ToolDefinition>,
     input: CompiledSchema,
     output: Option<CompiledSchema>,
+    /// The input schema, for [`RegisteredTool::without_absent`].
+    input_schema: Value,
+    /// [`ToolDefinition::empty_means_absent`].
+    empties: Vec<String>,
 }
 
 impl fmt::Debug for RegisteredTool {
@@ -170,7 +177,13 @@ impl RegisteredTool {
     /// anything, in time linear in the schema's size for each level of instance depth.
     pub fn compile(definition: Arc<dyn ToolDefinition>) -> Result<RegisteredTool, CoreError> {
         let name = definition.name().to_string();
-        let input = CompiledSchema::compile(&name, "input", &definition.input_schema())?;
+        let input_schema = definition.input_schema();
+        let input = CompiledSchema::compile(&name, "input", &input_schema)?;
+        let empties = definition
+            .empty_means_absent()
+            .iter()
+            .map(|e| (*e).to_string())
+            .collect();
         let output = match definition.output_schema() {
             Some(schema) => Some(CompiledSchema::compile(&name, "output", &schema)?),
             None => None,
@@ -179,12 +192,48 @@ impl RegisteredTool {
             definition,
             input,
             output,
+            input_schema,
+            empties,
         })
     }
 
     /// The definition.
     pub fn definition(&self) -> &Arc<dyn ToolDefinition> {
         &self.definition
+    }
+
+    /// `arguments` without the optional arguments the model did not mean: `null` where the
+    /// property's schema takes no null (at any depth), and the empty values (`""`, `0`, `[]`)
+    /// of the properties named by [`ToolDefinition::empty_means_absent`]. Strict function
+    /// calling makes models send these for every property they do not mean.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use async_trait::async_trait;
+    /// use dsh_core::{RegisteredTool, ToolContext, ToolDefinition, ToolFailure};
+    /// use serde_json::{Value, json};
+    ///
+    /// struct Find;
+    /// #[async_trait]
+    /// impl ToolDefinition for Find {
+    ///     fn name(&self) -> &str { "find" }
+    ///     fn description(&self) -> &str { "finds" }
+    ///     fn input_schema(&self) -> Value {
+    ///         json!({"type": "object", "required": ["q"], "properties": {
+    ///             "q": {"type": "string"}, "path": {"type": "string"}, "n": {"type": "integer"}}})
+    ///     }
+    ///     fn empty_means_absent(&self) -> &[&'static str] { &["path"] }
+    ///     async fn execute(&self, _: Value, _: ToolContext) -> Result<Value, ToolFailure> {
+    ///         Ok(json!(null))
+    ///     }
+    /// }
+    /// let tool = RegisteredTool::compile(Arc::new(Find)).unwrap();
+    /// let sent = json!({"q": "", "path": "", "n": null});
+    /// assert_eq!(tool.without_absent(sent), json!({"q": ""}));
+    /// ```
+    pub fn without_absent(&self, mut arguments: Value) -> Value {
+        absent::drop_absent(&self.input_schema, &mut arguments, &self.empties);
+        arguments
     }
 
     /// Checks arguments against the input schema; the error names where and why (for at

@@ -49,6 +49,15 @@ struct FrozenInner {
     meta: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     value: Option<Value>,
+    /// How many of the last content blocks are the call's `additionalContexts` (put in its own
+    /// result where no later message exists: SPEC.md's "Deferred context without a next
+    /// message").
+    #[serde(default, skip_serializing_if = "is_zero")]
+    context_blocks: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The frozen, authoritative result of one call: what `tools/result` observers see and what
@@ -90,8 +99,41 @@ impl FrozenResult {
                 error,
                 meta,
                 value,
+                context_blocks: 0,
             }),
         }
+    }
+
+    /// This result with `contexts` (a call's `additionalContexts`) as its last text blocks,
+    /// told apart from the tool's own content by [`FrozenResult::contexts`].
+    ///
+    /// ```
+    /// use dsh_core::{ContentBlock, FrozenResult};
+    /// let r = FrozenResult::freeze("c1", "t", vec![ContentBlock::text("out")], None, None, None);
+    /// let r = r.with_contexts(vec!["note".into()]);
+    /// assert_eq!(r.text(), "out\nnote");
+    /// assert_eq!(r.contexts(), ["note"]);
+    /// ```
+    pub fn with_contexts(&self, contexts: Vec<String>) -> FrozenResult {
+        let mut inner = (*self.inner).clone();
+        inner.context_blocks += contexts.len();
+        inner
+            .content
+            .extend(contexts.into_iter().map(ContentBlock::text));
+        FrozenResult {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The texts of the call's `additionalContexts` put in this result
+    /// ([`FrozenResult::with_contexts`]), in order; empty for most results.
+    pub fn contexts(&self) -> Vec<&str> {
+        let content = &self.inner.content;
+        let from = content.len().saturating_sub(self.inner.context_blocks);
+        content[from..]
+            .iter()
+            .filter_map(ContentBlock::as_text)
+            .collect()
     }
 
     /// An error result whose content is the error's message.

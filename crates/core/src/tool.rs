@@ -408,6 +408,15 @@ pub trait ToolDefinition: Send + Sync + 'static {
         }
     }
 
+    /// Optional top-level arguments whose empty value (`""`, `0`, `[]`, `{}`) can only mean
+    /// "not given": the pipeline drops them before anything looks at the arguments, as it drops
+    /// an optional argument given as `null` that its schema does not take (models under strict
+    /// function calling send one or the other for every property they do not mean). None by
+    /// default.
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &[]
+    }
+
     /// Metadata persisted with a successful result (never shown to the model); none by default.
     fn result_meta(&self, _value: &Value) -> Option<Map<String, Value>> {
         None

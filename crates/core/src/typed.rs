@@ -118,6 +118,11 @@ pub trait TypedTool: Send + Sync + 'static {
         false
     }
 
+    /// See [`ToolDefinition::empty_means_absent`].
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &[]
+    }
+
     /// What the model sees of the output: by default its JSON (a string output as itself).
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
         match value {
@@ -254,6 +259,10 @@ impl<T: TypedTool> ToolDefinition for Typed<T> {
             .and_then(Value::as_str)
             .map(|p| vec![p.to_string()])
             .unwrap_or_default()
+    }
+
+    fn empty_means_absent(&self) -> &[&'static str] {
+        self.tool.empty_means_absent()
     }
 
     fn resolves_own_paths(&self) -> bool {

@@ -73,7 +73,9 @@ pub use live::step_from_run;
 pub use parse::{ParsedMessage, detect, parse_line, parse_message};
 pub use render::{render_result_content, render_step, render_transcript};
 pub use stream::{MAX_EVENT_LINE_BYTES, ToolCallStream};
-pub use tools::{ToolSpec, check_tool_name, check_tool_schema, render_tools, tool_specs};
+pub use tools::{
+    ToolSpec, check_tool_name, check_tool_schema, render_strict_tools, render_tools, tool_specs,
+};
 
 use std::fmt;
 use std::str::FromStr;

@@ -157,6 +157,93 @@ pub fn render_tools(format: Format, tools: &[ToolSpec]) -> Vec<Value> {
         .collect()
 }
 
+/// Keywords OpenAI's strict function calling refuses in a schema; the strict variant leaves
+/// them out (the tool's own schema, which the pipeline checks, still holds them).
+const NOT_IN_STRICT: [&str; 8] = [
+    "minLength",
+    "maxLength",
+    "default",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "patternProperties",
+    "examples",
+];
+
+fn without_strict_refusals(schema: Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(k, _)| !NOT_IN_STRICT.contains(&k.as_str()))
+                .map(|(k, v)| {
+                    // Names under `properties` are property names, not keywords.
+                    let v = if k == "properties" {
+                        match v {
+                            Value::Object(props) => Value::Object(
+                                props
+                                    .into_iter()
+                                    .map(|(name, p)| (name, without_strict_refusals(p)))
+                                    .collect(),
+                            ),
+                            other => other,
+                        }
+                    } else {
+                        without_strict_refusals(v)
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(without_strict_refusals).collect())
+        }
+        other => other,
+    }
+}
+
+/// Renders tools in OpenAI's shape for strict function calling (`"strict": true`): each
+/// schema with every property required, the optional ones nullable, `additionalProperties:
+/// false` at every level, and no keyword strict mode refuses. A model bound by it sends
+/// `null` (or an empty value) for what it does not mean, which dsh's pipeline reads as
+/// absent, so the tools take every call it describes.
+///
+/// ```
+/// use dsh_formats::{ToolSpec, render_strict_tools};
+/// use serde_json::json;
+/// let spec = ToolSpec {
+///     name: "read_file".into(),
+///     description: "Reads a file.".into(),
+///     input_schema: json!({"type": "object", "required": ["path"], "properties": {
+///         "path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}}),
+/// };
+/// let tool = &render_strict_tools(&[spec])[0];
+/// assert_eq!(tool["function"]["strict"], true);
+/// let params = &tool["function"]["parameters"];
+/// assert_eq!(params["properties"]["limit"]["type"], json!(["integer", "null"]));
+/// assert_eq!(params["additionalProperties"], false);
+/// ```
+pub fn render_strict_tools(tools: &[ToolSpec]) -> Vec<Value> {
+    let mut sorted: Vec<&ToolSpec> = tools.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    sorted
+        .into_iter()
+        .map(|t| {
+            let parameters = without_strict_refusals(dsh_core::registry::strict_schema(&adapted(
+                &t.input_schema,
+            )));
+            json!({
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": parameters,
+                    "strict": true,
+                },
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

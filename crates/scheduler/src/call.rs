@@ -27,7 +27,7 @@ use crate::pipeline::{CallTrack, Pipeline};
 use crate::subcall::SubCalls;
 use crate::telemetry;
 use dsh_core::live::LiveActor;
-use dsh_core::{ContentBlock, ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
+use dsh_core::{ErrorCode, FrozenResult, SubCallDispatcher, ToolExecutionInput};
 use dsh_session::SessionError;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
@@ -135,16 +135,7 @@ pub(crate) fn interrupted(input: &ToolExecutionInput, track: &CallTrack) -> Cand
 /// `result` with `contexts` appended as its last text blocks (they were bounded with the
 /// call's other contexts, after the content was).
 fn with_contexts(result: &FrozenResult, contexts: Vec<String>) -> FrozenResult {
-    let mut content = result.content().to_vec();
-    content.extend(contexts.into_iter().map(ContentBlock::text));
-    FrozenResult::freeze(
-        result.call_id(),
-        result.tool(),
-        content,
-        result.error_info().cloned(),
-        result.meta().cloned(),
-        result.value().cloned(),
-    )
+    result.with_contexts(contexts)
 }
 
 impl Answering {

@@ -13,7 +13,8 @@ use crate::scheduler::{Pushed, Scheduler, SchedulerArgs, SchedulerConfig, Schedu
 use crate::step::{CancelTarget, DeferredContext, StepOutcome, StepRequest};
 use dsh_core::around::TimeoutLayer;
 use dsh_core::{
-    ApprovalResponder, FrozenResult, Hooks, ProtectedPaths, Shutdown, ToolCall, ToolRegistry,
+    ApprovalResponder, FrozenResult, Hooks, ProtectedPaths, ResumeFromLog, SessionEvent, Shutdown,
+    ToolCall, ToolRegistry,
 };
 use dsh_guards::GuardSet;
 use dsh_session::{Durability, Recovery, SessionError, SessionLog};
@@ -72,6 +73,15 @@ fn valid_session_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// The step a session continuing `events` takes next: the log's last step, plus one.
+fn next_step(events: &[SessionEvent]) -> u64 {
+    events
+        .iter()
+        .map(|e| e.step)
+        .max()
+        .map_or(1, |last| last.saturating_add(1))
+}
+
 /// Which timeout wrapper the builder installs.
 #[derive(Debug, Clone)]
 enum TimeoutChoice {
@@ -95,6 +105,7 @@ pub struct HarnessBuilder {
     supervisor: Option<ActorCell>,
     protected: ProtectedPaths,
     owned: Vec<Arc<dyn Shutdown>>,
+    resumers: Vec<Arc<dyn ResumeFromLog>>,
 }
 
 impl fmt::Debug for HarnessBuilder {
@@ -122,7 +133,17 @@ impl HarnessBuilder {
             supervisor: None,
             protected: ProtectedPaths::new(),
             owned: Vec::new(),
+            resumers: Vec::new(),
         }
+    }
+
+    /// Gives the harness a part whose memory a session's log rebuilds (an `FsToolset`: the
+    /// reads read-before-edit remembers): every session the harness opens on a log that
+    /// already holds events ([`Harness::open`], [`Harness::open_session`]) hands them to it
+    /// before its first step, in the order given. May be called any number of times.
+    pub fn resumes(mut self, part: Arc<dyn ResumeFromLog>) -> Self {
+        self.resumers.push(part);
+        self
     }
 
     /// Gives the harness a part to stop with itself (an `FsToolset`, whose monitor actor the
@@ -269,6 +290,7 @@ impl HarnessBuilder {
             table: Arc::default(),
             owns_guards,
             owned: Arc::new(self.owned),
+            resumers: Arc::new(self.resumers),
         })
     }
 }
@@ -398,6 +420,8 @@ pub struct Harness {
     owns_guards: bool,
     /// Parts given with [`HarnessBuilder::owns`], stopped after the sessions.
     owned: Arc<Vec<Arc<dyn Shutdown>>>,
+    /// Parts given with [`HarnessBuilder::resumes`], told the log a session continues from.
+    resumers: Arc<Vec<Arc<dyn ResumeFromLog>>>,
 }
 
 impl fmt::Debug for Harness {
@@ -421,6 +445,10 @@ impl Harness {
 
     /// Opens a session writing to `log`, its scheduler linked under `supervisor` if given.
     /// Refused with [`SchedulerError::ShutDown`] once the harness is shutting down.
+    ///
+    /// A log that already holds events is continued: the session's first step comes after
+    /// the log's last (`config.first_step` is raised to it), and the parts given with
+    /// [`HarnessBuilder::resumes`] rebuild what the log remembers before the first step.
     pub async fn open(
         &self,
         log: SessionLog,
@@ -440,6 +468,7 @@ impl Harness {
         if lock(&self.table).closed {
             return Err(SchedulerError::ShutDown);
         }
+        let config = self.resume(&log, config).await?;
         let args = SchedulerArgs {
             pipeline: self.pipeline.clone(),
             log: log.clone(),
@@ -479,6 +508,35 @@ impl Harness {
             return Err(SchedulerError::ShutDown);
         }
         Ok(session)
+    }
+
+    /// Continues from what `log` holds: the step after its last, and the memory of the parts
+    /// that rebuild it (see [`HarnessBuilder::resumes`]). A log that cannot be read opens no
+    /// session; a part that fails to rebuild is reported, and its checks refuse what they
+    /// cannot vouch for.
+    async fn resume(
+        &self,
+        log: &SessionLog,
+        mut config: SchedulerConfig,
+    ) -> Result<SchedulerConfig, SchedulerError> {
+        let events = log.snapshot().await.map_err(SchedulerError::Log)?;
+        config.first_step = config.first_step.max(next_step(&events));
+        if events.is_empty() {
+            return Ok(config);
+        }
+        for part in self.resumers.iter() {
+            match part.resume(&events).await {
+                Ok(()) => tracing::debug!(
+                    part = part.name(),
+                    events = events.len(),
+                    "resumed from the log"
+                ),
+                Err(e) => {
+                    tracing::warn!(part = part.name(), error = %e, "could not rebuild its memory from the log")
+                }
+            }
+        }
+        Ok(config)
     }
 
     /// Opens the session `id` from the harness's store: a new one, or one resumed from its log

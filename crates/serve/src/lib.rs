@@ -51,4 +51,4 @@ pub use server::{APPROVAL_INPUT, DshServer, ServeConfig, serve_stdio, session_fi
 pub use stateless::{
     MAX_SESSION_NAME, SESSION_HEADER, SESSION_META_KEY, StatelessSessions, valid_session_name,
 };
-pub use tools::{mcp_result, mcp_tools};
+pub use tools::{CONTEXT_FIELD, mcp_result, mcp_tools};

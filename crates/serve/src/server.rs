@@ -670,11 +670,59 @@ impl DshServer {
 }
 
 /// Serves `server` on standard input and output until stdin ends or `shutdown` resolves.
+/// The end of stdin is the client going away: the calls still in flight are cancelled at once
+/// (recorded `ABORTED`), so dsh ends within the cancel's bound instead of running them on for
+/// a client that will never read their results (a stdio client gives its server a couple of
+/// seconds after closing stdin before it signals it).
 pub async fn serve_stdio(
     server: DshServer,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    server.serve(rmcp::transport::stdio(), shutdown).await
+    let session = server.session().cloned();
+    let stdin = EndOfInput::new(tokio::io::stdin(), move || {
+        if let Some(session) = &session {
+            // A session already shutting down has nothing left to cancel.
+            let _ = session.cancel(dsh_scheduler::CancelTarget::Session);
+        }
+    });
+    server.serve((stdin, tokio::io::stdout()), shutdown).await
+}
+
+/// A reader that calls `on_end` once, when its input ends (or fails).
+struct EndOfInput<R, F: FnMut()> {
+    inner: R,
+    on_end: Option<F>,
+}
+
+impl<R, F: FnMut()> EndOfInput<R, F> {
+    fn new(inner: R, on_end: F) -> Self {
+        EndOfInput {
+            inner,
+            on_end: Some(on_end),
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin, F: FnMut() + Unpin> tokio::io::AsyncRead
+    for EndOfInput<R, F>
+{
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let (before, room) = (buf.filled().len(), buf.remaining() > 0);
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let ended = match &polled {
+            std::task::Poll::Ready(Ok(())) => room && buf.filled().len() == before,
+            std::task::Poll::Ready(Err(_)) => true,
+            std::task::Poll::Pending => false,
+        };
+        if ended && let Some(mut on_end) = self.on_end.take() {
+            on_end();
+        }
+        polled
+    }
 }
 
 /// The client's answer to an `ask`, from its retry's `inputResponses`: accept allows the

@@ -5,6 +5,31 @@ use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
+/// The field of a structured result (`structuredContent`) holding what dsh adds for the model
+/// beside the tool's own value: the call's `additionalContexts` (hook context, and a note when
+/// they were cut). A client that shows the model the structured result instead of the text
+/// blocks (pydantic-ai, the Agents SDK with `use_structured_content`) shows it this way; every
+/// listed output schema declares it.
+pub const CONTEXT_FIELD: &str = "additionalContext";
+
+/// `schema` (a tool's object output schema) declaring [`CONTEXT_FIELD`], so a client that
+/// validates structured results against it takes one that carries context.
+fn with_context_field(mut schema: Map<String, Value>) -> Map<String, Value> {
+    let properties = schema
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(properties) = properties {
+        properties.entry(CONTEXT_FIELD).or_insert_with(|| {
+            serde_json::json!({
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "What dsh's hooks add for the model about this call (its additionalContexts)."
+            })
+        });
+    }
+    schema
+}
+
 /// A schema MCP clients take: a JSON object whose root `type` is `object` (the TypeScript SDK
 /// refuses a tool list holding any other).
 fn object_schema(schema: Value) -> Option<Map<String, Value>> {
@@ -42,7 +67,7 @@ pub fn mcp_tools(registry: &ToolRegistry) -> Vec<Tool> {
             let mut listed = Tool::new(name, def.description().to_string(), Arc::new(input))
                 .annotate(ToolAnnotations::new().read_only(safe).destructive(!safe));
             if let Some(output) = def.output_schema().and_then(object_schema) {
-                listed = listed.with_raw_output_schema(Arc::new(output));
+                listed = listed.with_raw_output_schema(Arc::new(with_context_field(output)));
             }
             Some(listed)
         })
@@ -52,7 +77,10 @@ pub fn mcp_tools(registry: &ToolRegistry) -> Vec<Tool> {
 /// A frozen result as MCP's `tools/call` answers it: its content; for an error,
 /// `isError: true` and the error code first in the text (`DENIED: …`); and
 /// `structuredContent` (the result's value) when `structured` (the tool declares an output
-/// schema) and the value is an object.
+/// schema) and the value is an object, with the call's contexts in [`CONTEXT_FIELD`] (the
+/// text blocks carry them too), so they reach the model whichever of the two a client shows.
+/// A value that already has a field of that name is not sent as structured content: the
+/// text blocks then carry everything.
 pub fn mcp_result(result: &FrozenResult, structured: bool) -> CallToolResult {
     let mut content: Vec<rmcp::model::ContentBlock> = result
         .content()
@@ -81,8 +109,23 @@ pub fn mcp_result(result: &FrozenResult, structured: bool) -> CallToolResult {
         }
         None => {
             let mut answer = CallToolResult::success(content);
-            if structured && let Some(value @ Value::Object(_)) = result.value() {
-                answer.structured_content = Some(value.clone());
+            if structured && let Some(Value::Object(value)) = result.value() {
+                let contexts = result.contexts();
+                if contexts.is_empty() {
+                    answer.structured_content = Some(Value::Object(value.clone()));
+                } else if !value.contains_key(CONTEXT_FIELD) {
+                    let mut value = value.clone();
+                    value.insert(
+                        CONTEXT_FIELD.into(),
+                        Value::Array(
+                            contexts
+                                .into_iter()
+                                .map(|c| Value::String(c.into()))
+                                .collect(),
+                        ),
+                    );
+                    answer.structured_content = Some(Value::Object(value));
+                }
             }
             answer
         }

@@ -325,7 +325,11 @@ async fn a_call_is_recorded_and_answered_with_its_context_and_structure() {
         .unwrap();
     assert_eq!(result.is_error, Some(false));
     assert_eq!(text(&result), "slept 1\na context for the model");
-    assert_eq!(result.structured_content, Some(json!({"slept": 1})));
+    // A client that shows the model the structured result shows it the context too.
+    assert_eq!(
+        result.structured_content,
+        Some(json!({"slept": 1, "additionalContext": ["a context for the model"]}))
+    );
     let recorded = events(&served.log).await;
     assert_eq!(recorded.len(), 2, "a call and its result, no user message");
     assert_paired(&recorded);

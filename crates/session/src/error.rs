@@ -20,6 +20,16 @@ pub enum SessionError {
     /// Another writer holds the log (another process, or a session not yet gone).
     #[error("the session log {0} is in use by another writer")]
     InUse(String),
+    /// Another writer held the log for the whole wait of [`crate::SessionLog::open_file_waiting`].
+    #[error(
+        "the session log {log} is in use by another writer (another dsh on the same log), still after waiting {waited_ms} ms"
+    )]
+    StillInUse {
+        /// The log.
+        log: String,
+        /// How long opening waited.
+        waited_ms: u128,
+    },
     /// Another writer holds the session's lease (the PostgreSQL backend), and it did not end
     /// within the wait.
     #[error("the session {session} is in use by {owner}, lease until {until}")]

@@ -121,6 +121,38 @@ impl SessionLog {
         Ok((log, recovery))
     }
 
+    /// [`SessionLog::open_file`], waiting up to `wait` while another writer holds the log (a
+    /// `dsh` process on the same log that is still finishing, as when a client starts a new
+    /// server for each session): tried again every few tens of milliseconds, then
+    /// [`SessionError::StillInUse`].
+    pub async fn open_file_waiting(
+        path: impl AsRef<Path>,
+        durability: Durability,
+        wait: Duration,
+        supervisor: Option<ActorCell>,
+    ) -> Result<(SessionLog, Recovery), SessionError> {
+        let path = path.as_ref();
+        let started = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match SessionLog::open_file(path, durability, supervisor.clone()).await {
+                Err(SessionError::InUse(log)) => {
+                    let waited = started.elapsed();
+                    if waited >= wait {
+                        return Err(SessionError::StillInUse {
+                            log,
+                            waited_ms: waited.as_millis(),
+                        });
+                    }
+                    tracing::debug!(log = %log, "the log is in use by another writer; waiting");
+                    tokio::time::sleep(pause.min(wait - waited)).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Opens session `session` in the PostgreSQL database at `url`: takes its lease (waiting
     /// up to `options.wait` for another writer's to end, then failing with
     /// [`SessionError::Leased`]), recovers it as [`SessionLog::open_file`] recovers a file

@@ -2,6 +2,7 @@
 
 use sha2::{Digest, Sha256};
 use std::fmt;
+use std::fmt::Write as _;
 
 /// SHA-256 of a file's bytes. A cryptographic hash, so "unchanged since read" cannot be
 /// faked by a file crafted to collide.
@@ -24,6 +25,36 @@ impl ContentHash {
     /// The 32 bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
+    }
+
+    /// All 32 bytes in lowercase hex (64 characters): how a session log keeps a read's hash.
+    ///
+    /// ```
+    /// use dsh_tool_fs::ContentHash;
+    /// let hash = ContentHash::of(b"a");
+    /// assert_eq!(ContentHash::from_hex(&hash.to_hex()), Some(hash));
+    /// assert_eq!(ContentHash::from_hex("zz"), None);
+    /// ```
+    pub fn to_hex(&self) -> String {
+        let mut out = String::with_capacity(64);
+        for b in &self.0 {
+            let _ = write!(out, "{b:02x}");
+        }
+        out
+    }
+
+    /// Reads [`ContentHash::to_hex`]'s form back; anything else is `None`.
+    pub fn from_hex(text: &str) -> Option<ContentHash> {
+        let bytes = text.as_bytes();
+        if bytes.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in bytes.chunks_exact(2).enumerate() {
+            let pair = std::str::from_utf8(pair).ok()?;
+            out[i] = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(ContentHash(out))
     }
 }
 

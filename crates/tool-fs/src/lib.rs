@@ -89,6 +89,7 @@ mod hash;
 mod intent;
 mod monitor;
 pub mod patch;
+pub mod records;
 pub mod sandbox;
 pub mod tools;
 mod toolset;

@@ -59,6 +59,14 @@ pub enum MonitorMsg {
         /// The new hash, or `None` after a delete.
         hash: Option<ContentHash>,
     },
+    /// Records rebuilt from a session's log (agent, path, hash), put in place as if each
+    /// agent had read each file again; answered once they are.
+    Restore {
+        /// The records.
+        records: Vec<(String, String, ContentHash)>,
+        /// Answered once the records are in place.
+        done: RpcReplyPort<()>,
+    },
 }
 
 impl fmt::Debug for MonitorMsg {
@@ -73,6 +81,7 @@ impl fmt::Debug for MonitorMsg {
             MonitorMsg::RecordWrite { agent, path, .. } => {
                 write!(f, "RecordWrite({agent}, {path})")
             }
+            MonitorMsg::Restore { records, .. } => write!(f, "Restore({})", records.len()),
         }
     }
 }
@@ -156,6 +165,14 @@ impl Actor for MonitorActor {
                     records.remove(&path);
                 }
             }
+            MonitorMsg::Restore { records, done } => {
+                // A record only ever allows a change to the very content it hashes, so
+                // adding what the log remembers cannot allow more than the reads it records.
+                for (agent, path, hash) in records {
+                    state.records.entry(agent).or_default().insert(path, hash);
+                }
+                let _ = done.send(());
+            }
         }
         Ok(())
     }
@@ -218,6 +235,29 @@ impl FsIntentMonitor {
             Ok(CallResult::Timeout) => Err(FsError::MonitorUnavailable("no answer in time".into())),
             Ok(CallResult::SenderError) => Err(FsError::MonitorUnavailable(
                 "the monitor dropped the record".into(),
+            )),
+            Err(e) => Err(FsError::MonitorUnavailable(e.to_string())),
+        }
+    }
+
+    /// Puts back records rebuilt from a session's log (`(agent, path, hash)`), as if each
+    /// agent had been shown each file as it hashes; waits until they are in place.
+    pub async fn restore(
+        &self,
+        records: Vec<(String, String, ContentHash)>,
+    ) -> Result<(), FsError> {
+        let answer = self
+            .actor
+            .call(
+                |done| MonitorMsg::Restore { records, done },
+                Some(self.timeout),
+            )
+            .await;
+        match answer {
+            Ok(CallResult::Success(())) => Ok(()),
+            Ok(CallResult::Timeout) => Err(FsError::MonitorUnavailable("no answer in time".into())),
+            Ok(CallResult::SenderError) => Err(FsError::MonitorUnavailable(
+                "the monitor dropped the records".into(),
             )),
             Err(e) => Err(FsError::MonitorUnavailable(e.to_string())),
         }

@@ -109,7 +109,9 @@ fn attempts(path: &str) -> Vec<(&'static str, Value)> {
         ),
     ];
     if path.is_empty() {
-        calls.retain(|(tool, _)| *tool != "apply_patch");
+        // A patch cannot name the empty path; for grep and glob, whose `path` is optional, an
+        // empty one means "not given" (the workspace root: strict_mode_null_optionals.rs).
+        calls.retain(|(tool, _)| !matches!(*tool, "apply_patch" | "grep" | "glob"));
     }
     calls
 }

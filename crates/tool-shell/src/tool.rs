@@ -519,6 +519,11 @@ impl ToolDefinition for ShellTool {
         Some(self.timeout(input).as_millis() as u64)
     }
 
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["timeout_ms", "workdir"]
+    }
+
     fn owns_deadline(&self) -> bool {
         true
     }

@@ -136,6 +136,7 @@ pub fn log_events(log: &Path) -> Vec<Value> {
 }
 pub mod pg;
 pub mod serve;
+pub mod stdio;
 
 /// The Claude Code session-file fixture (`tests/fixtures/claude-code-session.jsonl`) with its
 /// placeholder replaced by the workspace, written as `dir/session.jsonl`.

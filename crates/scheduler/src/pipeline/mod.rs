@@ -323,7 +323,9 @@ impl Pipeline {
                 ));
             }
         };
-
+        // Optional arguments sent without being meant (strict function calling) are absent
+        // for everything after this: hooks, rules, confinement and the body.
+        let arguments = tool.without_absent(arguments);
         Ok((tool, arguments))
     }
 

@@ -16,6 +16,7 @@ use crate::error::FsError;
 use crate::hash::ContentHash;
 use crate::intent::FsOp;
 use crate::patch::{self, FileOp};
+use crate::records;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
@@ -443,13 +444,22 @@ impl ToolDefinition for ApplyPatch {
             Ok(changes)
         })
         .await?;
+        let mut recorded = Vec::with_capacity(changes.len());
         for change in &changes {
             let hash = change.write.as_deref().map(ContentHash::of);
             self.shared
                 .monitor
                 .record_write(&ctx.agent, &change.shown, hash);
+            recorded.push(records::entry(&change.shown, hash));
         }
-        Ok(json!({ "changes": summary }))
+        Ok(records::with_records(
+            json!({ "changes": summary }),
+            recorded,
+        ))
+    }
+
+    fn result_meta(&self, value: &Value) -> Option<serde_json::Map<String, Value>> {
+        records::meta_of(value)
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {

@@ -8,6 +8,7 @@ use crate::edit::apply_edit_within;
 use crate::error::quote_path;
 use crate::hash::ContentHash;
 use crate::intent::FsOp;
+use crate::records;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
@@ -90,7 +91,10 @@ fn edits_of(input: &Value) -> Result<Vec<Edit>, ToolFailure> {
             .and_then(Value::as_bool)
             .unwrap_or(false),
     };
-    let single = input.get("old_string").is_some() || input.get("new_string").is_some();
+    // Beside `edits`, an empty `old_string` and `new_string` are what strict function calling
+    // sends for "not given" (an empty `old_string` matches nothing anyway).
+    let given = |key: &str| input.get(key).is_some_and(|v| v.as_str() != Some(""));
+    let single = given("old_string") || given("new_string");
     match (input.get("edits").and_then(Value::as_array), single) {
         (Some(list), false) => Ok(list.iter().map(one).collect()),
         (None, true)
@@ -174,6 +178,11 @@ impl ToolDefinition for EditFile {
         super::declared(EDIT_FILE, input)
     }
 
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["edits"]
+    }
+
     fn resolves_own_paths(&self) -> bool {
         true
     }
@@ -254,7 +263,14 @@ impl ToolDefinition for EditFile {
         self.shared
             .monitor
             .record_write(&ctx.agent, &shown, Some(hash));
-        Ok(json!({"path": shown, "replacements": replacements}))
+        Ok(records::with_records(
+            json!({"path": shown, "replacements": replacements}),
+            vec![records::entry(&shown, Some(hash))],
+        ))
+    }
+
+    fn result_meta(&self, value: &Value) -> Option<serde_json::Map<String, Value>> {
+        records::meta_of(value)
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {

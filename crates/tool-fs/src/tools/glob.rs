@@ -194,6 +194,11 @@ impl TypedTool for Glob {
         Some(super::declared(GLOB, input))
     }
 
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["path"]
+    }
+
     fn resolves_own_paths(&self) -> bool {
         true
     }

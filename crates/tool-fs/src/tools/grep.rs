@@ -544,6 +544,11 @@ impl ToolDefinition for Grep {
         super::declared(GREP, input)
     }
 
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["path", "glob", "type", "output_mode", "head_limit"]
+    }
+
     fn resolves_own_paths(&self) -> bool {
         true
     }

@@ -191,6 +191,11 @@ impl TypedTool for ListDir {
         Some(super::declared(LIST_DIR, input))
     }
 
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["ignore"]
+    }
+
     fn resolves_own_paths(&self) -> bool {
         true
     }

@@ -5,6 +5,7 @@ use super::{
 };
 use crate::error::quote_path;
 use crate::hash::ContentHash;
+use crate::records;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
@@ -139,6 +140,11 @@ impl ToolDefinition for ReadFile {
         super::declared(READ_FILE, input)
     }
 
+    // Strict function calling sends these empty for "not given".
+    fn empty_means_absent(&self) -> &[&'static str] {
+        &["limit"]
+    }
+
     fn resolves_own_paths(&self) -> bool {
         true
     }
@@ -240,16 +246,25 @@ impl ToolDefinition for ReadFile {
             numbered(&self.shared, &rel, text, offset, limit)
         };
         // Only a read that showed the model the file records a read, with the hash of the
-        // very bytes shown; and it is in place before the result is returned.
+        // very bytes shown; and it is in place before the result is returned. The result
+        // keeps the record too, so a session continued from its log remembers the read.
+        let hash = ContentHash::of(&bytes);
         if let Err(e) = self
             .shared
             .monitor
-            .record_read(&ctx.agent, &rel, ContentHash::of(&bytes))
+            .record_read(&ctx.agent, &rel, hash)
             .await
         {
             tracing::warn!(error = %e, path = %rel, "the read could not be recorded");
         }
-        Ok(shown)
+        Ok(records::with_records(
+            shown,
+            vec![records::entry(&rel, Some(hash))],
+        ))
+    }
+
+    fn result_meta(&self, value: &Value) -> Option<serde_json::Map<String, Value>> {
+        records::meta_of(value)
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {

@@ -7,6 +7,7 @@ use super::{
 use crate::error::quote_path;
 use crate::hash::ContentHash;
 use crate::intent::FsOp;
+use crate::records;
 use crate::sandbox;
 use crate::toolset::Shared;
 use crate::workspace::Existing;
@@ -171,7 +172,14 @@ impl ToolDefinition for WriteFile {
         self.shared
             .monitor
             .record_write(&ctx.agent, &shown, Some(hash));
-        Ok(json!({"path": shown, "created": current.is_none(), "bytes": size}))
+        Ok(records::with_records(
+            json!({"path": shown, "created": current.is_none(), "bytes": size}),
+            vec![records::entry(&shown, Some(hash))],
+        ))
+    }
+
+    fn result_meta(&self, value: &Value) -> Option<serde_json::Map<String, Value>> {
+        records::meta_of(value)
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
