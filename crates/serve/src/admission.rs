@@ -6,7 +6,7 @@
 //! request reaches a session or a log.
 
 use crate::http_guard::SessionScope;
-use crate::limits::{Owner, RequestTicket, ServeLimits, SessionTable};
+use crate::limits::{Owner, Refused, RequestTicket, ServeLimits, SessionTable};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response, StatusCode, header};
@@ -193,20 +193,22 @@ where
         .headers()
         .get(SESSION_ID_HEADER)
         .map(|v| v.to_str().unwrap_or_default().to_string());
-    if let Some(id) = &session
-        && table.owner(id, &scope) != Owner::Own
-    {
-        return text(StatusCode::NOT_FOUND, "Not Found: Session not found");
-    }
+    let not_found = || text(StatusCode::NOT_FOUND, "Not Found: Session not found");
     let method = request.method().clone();
     // A GET stream is not counted: there is one at most per live session (bounded by the
     // session bounds), and an open one must not keep its session from being idle.
     let ticket = if method == Method::GET {
+        if let Some(id) = &session
+            && table.owner(id, &scope) != Owner::Own
+        {
+            return not_found();
+        }
         None
     } else {
         match table.begin_request(&scope, session.as_deref()) {
-            Some(ticket) => Some(ticket),
-            None => {
+            Ok(ticket) => Some(ticket),
+            Err(Refused::NotFound) => return not_found(),
+            Err(Refused::TooMany) => {
                 let mut answer = text(
                     StatusCode::TOO_MANY_REQUESTS,
                     "Too Many Requests: this token has its maximum of requests in flight",

@@ -148,6 +148,15 @@ impl Drop for RequestTicket {
     }
 }
 
+/// Why a request was not counted in.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The session it names is unknown, ended, or another token's.
+    NotFound,
+    /// Its token has its maximum of requests in flight.
+    TooMany,
+}
+
 /// Whose a 2025-11-25 session id is, as a request with `scope` sees it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
@@ -200,28 +209,33 @@ impl SessionTable {
     }
 
     /// Counts a request of `scope` in flight (of `session`, a 2025-11-25 session id, when
-    /// given: that session is then not idle), unless the scope has its maximum in flight.
+    /// given: that session is then not idle), unless the session is not this scope's (or is
+    /// gone: checked under the same lock as the count, so the reaper cannot end it between)
+    /// or the scope has its maximum in flight.
     pub(crate) fn begin_request(
         self: &Arc<Self>,
         scope: &str,
         session: Option<&str>,
-    ) -> Option<RequestTicket> {
+    ) -> Result<RequestTicket, Refused> {
         let mut table = self.lock();
+        if let Some(id) = session
+            && table.legacy.get(id).is_none_or(|s| s.scope != scope)
+        {
+            return Err(Refused::NotFound);
+        }
         let mine = table.requests.get(scope).copied().unwrap_or(0);
         if mine >= self.limits.max_requests_per_token {
-            return None;
+            return Err(Refused::TooMany);
         }
         *table.requests.entry(scope.to_string()).or_insert(0) += 1;
-        let session = session.and_then(|id| {
-            let entry = table.legacy.get_mut(id)?;
+        if let Some(entry) = session.and_then(|id| table.legacy.get_mut(id)) {
             entry.in_flight += 1;
             entry.last_seen = Instant::now();
-            Some(id.to_string())
-        });
-        Some(RequestTicket {
+        }
+        Ok(RequestTicket {
             table: self.clone(),
             scope: scope.to_string(),
-            session,
+            session: session.map(str::to_string),
         })
     }
 
@@ -325,6 +339,10 @@ mod tests {
         let table = SessionTable::new(ServeLimits::default());
         let slot = table.reserve("a").unwrap();
         table.bind("s", slot);
+        assert_eq!(
+            table.begin_request("b", Some("s")).unwrap_err(),
+            Refused::NotFound
+        );
         let ticket = table.begin_request("a", Some("s")).unwrap();
         assert!(table.take_idle(Duration::ZERO).is_empty());
         drop(ticket);
