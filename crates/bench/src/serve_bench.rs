@@ -14,6 +14,13 @@
 //!   whole pipeline and an in-memory log, then dsh's MCP client to the same kind of upstream).
 //!   `ratio` = p50 through dsh / p50 direct (goal ≤ 1.5), with `direct_p50_us` and
 //!   `gateway_p50_us`.
+//! - `serve/flood`: `dsh serve --http`'s server under its default session bounds (256 live
+//!   sessions, here all for one token; idle timeout 2 s), logs in a folder: 2,000 named
+//!   sessions of the 2026-07-28 era (one call each), then 5,000 `initialize`s, 16 clients at a
+//!   time over raw HTTP; `rss_mib_after_flood` and `fds_after_flood` (this process's resident
+//!   memory and open descriptors), then, once the idle sessions are released,
+//!   `rss_mib_after_idle` (goals: descriptors bounded by the session limit, RSS after idle
+//!   within 32 MiB of the start, printed as `rss_mib_start`).
 #![allow(clippy::expect_used, clippy::panic)]
 
 use crate::Bench;
@@ -23,6 +30,7 @@ use dsh_core::{ExecutionMode, ToolContext, ToolDefinition, ToolFailure, ToolRegi
 use dsh_scheduler::{HarnessBuilder, SchedulerConfig};
 use dsh_serve::{DshServer, ElicitingApprover, ServeConfig};
 use dsh_session::SessionLog;
+use futures::StreamExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
@@ -50,6 +58,11 @@ pub const BENCHES: &[Bench] = &[
         name: "serve/gateway_ratio",
         in_all: true,
         run: gateway_ratio,
+    },
+    Bench {
+        name: "serve/flood",
+        in_all: true,
+        run: flood,
     },
 ];
 
@@ -329,4 +342,161 @@ fn gateway_ratio() {
         emit(b, "gateway_p50_us", gateway_p50, "us");
         emit(b, "ratio", gateway_p50 / direct_p50, "x");
     });
+}
+
+/// This process's resident memory, in MiB (`/proc/self/statm`).
+fn rss_mib() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(f64::NAN);
+    pages * 4096.0 / (1024.0 * 1024.0)
+}
+
+/// This process's open file descriptors.
+fn open_fds() -> f64 {
+    std::fs::read_dir("/proc/self/fd").map_or(f64::NAN, |d| d.count() as f64)
+}
+
+/// One POST of `body` to `addr`'s `/mcp` as `TOKEN` over a fresh connection, read to its end;
+/// whether it was answered at all.
+async fn flood_post(addr: std::net::SocketAddr, token: &str, headers: &str, body: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         {headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer)).await;
+    matches!(read, Ok(Ok(_))) && answer.starts_with(b"HTTP/1.1 ")
+}
+
+fn flood() {
+    use dsh_scheduler::SessionStore;
+    use dsh_serve::{ServeLimits, SessionTable, StatelessSessions};
+    const TOKEN: &str = "bench-flood-token";
+    const NAMED: usize = 2_000;
+    const INITIALIZES: usize = 5_000;
+    const AT_ONCE: usize = 16;
+    let idle = Duration::from_secs(2);
+    runtime().block_on(async {
+        let logs = tempfile::tempdir().expect("a log folder");
+        let registry = Arc::new(ToolRegistry::new());
+        registry.register(Sleep).expect("register");
+        let approver = Arc::new(ElicitingApprover::new());
+        let harness = HarnessBuilder::new(registry)
+            .approval(approver.clone())
+            .store(SessionStore::Directory {
+                root: logs.path().to_path_buf(),
+                durability: Default::default(),
+            })
+            .build()
+            .await
+            .expect("harness");
+        let limits = ServeLimits {
+            max_sessions_per_token: ServeLimits::default().max_sessions,
+            idle_timeout: idle,
+            ..ServeLimits::default()
+        };
+        let table = SessionTable::new(limits);
+        let sessions = StatelessSessions::bounded(
+            harness.clone(),
+            SchedulerConfig::default(),
+            approver,
+            ServeConfig::default(),
+            table.clone(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn({
+            let table = table.clone();
+            async move {
+                let make = move || sessions.client_server();
+                let guard = dsh_serve::HttpGuard::new().with_tokens([TOKEN]);
+                let _ = dsh_serve::serve_http_bounded(listener, guard, table, make, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            }
+        });
+        // Warm: one session of each era, then let them go idle and be released.
+        let start_rss = {
+            let call = named_call("warm");
+            flood_post(addr, TOKEN, &named_headers(), &call).await;
+            tokio::time::sleep(idle * 3).await;
+            rss_mib()
+        };
+        let named = futures::stream::iter(0..NAMED)
+            .map(|n| async move {
+                let call = named_call(&format!("flood-{n}"));
+                flood_post(addr, TOKEN, &named_headers(), &call).await
+            })
+            .buffer_unordered(AT_ONCE)
+            .filter(|answered| futures::future::ready(*answered))
+            .count()
+            .await;
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "flood", "version": "1"}}})
+        .to_string();
+        let initialized = futures::stream::iter(0..INITIALIZES)
+            .map(|_| flood_post(addr, TOKEN, "", &initialize))
+            .buffer_unordered(AT_ONCE)
+            .filter(|answered| futures::future::ready(*answered))
+            .count()
+            .await;
+        assert_eq!(
+            named + initialized,
+            NAMED + INITIALIZES,
+            "every request answered"
+        );
+        emit("serve/flood", "rss_mib_start", start_rss, "MiB");
+        emit("serve/flood", "rss_mib_after_flood", rss_mib(), "MiB");
+        emit("serve/flood", "fds_after_flood", open_fds(), "count");
+        emit(
+            "serve/flood",
+            "live_sessions_after_flood",
+            table.live() as f64,
+            "count",
+        );
+        let deadline = Instant::now() + idle * 10;
+        while table.live() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        emit("serve/flood", "rss_mib_after_idle", rss_mib(), "MiB");
+        emit("serve/flood", "fds_after_idle", open_fds(), "count");
+        let _ = stop.send(());
+        let _ = server.await;
+        harness.shutdown().await;
+    });
+}
+
+fn named_headers() -> String {
+    "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: sleep\r\n".into()
+}
+
+/// A no-op call of the 2026-07-28 era in the session named `name`.
+fn named_call(name: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": "sleep", "arguments": {"ms": 0}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "flood", "version": "1"},
+        "dev.dsh/session": name,
+    }}})
+    .to_string()
 }

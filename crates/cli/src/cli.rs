@@ -270,7 +270,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", conflicts_with = "session")]
     pub http: Option<String>,
     /// With `--http`: the bearer tokens clients must send (`Authorization: Bearer TOKEN`), one
-    /// per line; the environment variable `DSH_SERVE_TOKEN` adds one.
+    /// per line (blank lines and `#` comments skipped), re-read on SIGHUP. When it is given,
+    /// `DSH_SERVE_TOKEN` is ignored (the file alone says which tokens are valid).
     #[arg(long, value_name = "FILE", requires = "http")]
     pub token_file: Option<PathBuf>,
     /// With `--http`: a host name clients reach the server by (accepted in `Host` and
@@ -283,7 +284,36 @@ pub struct ServeArgs {
     #[arg(long)]
     pub print_plan: bool,
     #[command(flatten)]
+    pub limits: ServeLimitArgs,
+    #[command(flatten)]
     pub options: PipelineOptions,
+}
+
+/// The bounds of `dsh serve --http` (see `docs/src/serve-limits.md`).
+#[derive(Debug, Clone, Args)]
+pub struct ServeLimitArgs {
+    /// With `--http`: live sessions at most, of both protocol eras together; a new one past it
+    /// is refused with a JSON-RPC error (`SESSION_LIMIT`), sessions already live are untouched.
+    #[arg(long, value_name = "N", default_value_t = 256, requires = "http")]
+    pub max_sessions: usize,
+    /// With `--http`: live sessions at most per bearer token (without tokens: in all).
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "http")]
+    pub max_sessions_per_token: usize,
+    /// With `--http`: open connections at most; more wait in the listen queue.
+    #[arg(long, value_name = "N", default_value_t = 512, requires = "http")]
+    pub max_connections: usize,
+    /// With `--http`: requests of one token in flight at most (a POST's answer stream counts
+    /// until it closes; GET streams do not); more are answered 429.
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "http")]
+    pub max_requests_per_token: usize,
+    /// With `--http`: seconds a request gets to send its whole body (then 408, and the
+    /// connection is closed).
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "http")]
+    pub body_timeout: u64,
+    /// With `--http`: seconds after which a session with nothing in flight gives back its log
+    /// and memory (a 2025-11-25 session ends; a named session reopens from its log).
+    #[arg(long, value_name = "SECS", default_value_t = 300, requires = "http")]
+    pub idle_timeout: u64,
 }
 
 /// Options shared by `run`, `serve` and `demo`.

@@ -8,10 +8,14 @@ use crate::harness;
 use crate::output::note;
 use dsh_core::ApprovalResponder;
 use dsh_scheduler::CancelTarget;
-use dsh_serve::{DshServer, ElicitingApprover, HttpGuard, ServeConfig, StatelessSessions};
+use dsh_serve::{
+    DshServer, ElicitingApprover, HttpGuard, ServeConfig, ServeLimits, SessionTable,
+    StatelessSessions,
+};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
 use tokio::runtime::Runtime;
 
 const SIGINT: i32 = 2;
@@ -125,25 +129,31 @@ fn print_plan(args: &ServeArgs) -> Result<u8, CliError> {
     harness::print_plan(&args.workspace, logs, &log.label(), &args.options, "serve")
 }
 
-/// The bearer tokens of `--token-file` (one a line, blank lines skipped) and `DSH_SERVE_TOKEN`.
+/// The bearer tokens of `--token-file` (one a line; blank lines and `#` comments skipped), or,
+/// without the file, `DSH_SERVE_TOKEN`: the file wins when given, so that a rotation (edit the
+/// file, SIGHUP) can retire every token.
 fn tokens(file: Option<&Path>) -> Result<Vec<String>, CliError> {
-    let mut tokens = Vec::new();
     if let Some(file) = file {
         let text = std::fs::read_to_string(file)
             .map_err(|e| CliError::io("read the token file", file, e))?;
-        tokens.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(str::to_string),
-        );
+        let tokens: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && !t.starts_with('#'))
+            .map(str::to_string)
+            .collect();
         if tokens.is_empty() {
             return Err(CliError::Usage(format!(
                 "--token-file {} holds no token",
                 file.display()
             )));
         }
+        if std::env::var_os("DSH_SERVE_TOKEN").is_some() {
+            note("DSH_SERVE_TOKEN is ignored: --token-file names the valid tokens");
+        }
+        return Ok(tokens);
     }
+    let mut tokens = Vec::new();
     if let Some(token) = std::env::var_os("DSH_SERVE_TOKEN") {
         let token = token.to_string_lossy().trim().to_string();
         if !token.is_empty() {
@@ -151,6 +161,57 @@ fn tokens(file: Option<&Path>) -> Result<Vec<String>, CliError> {
         }
     }
     Ok(tokens)
+}
+
+/// On each SIGHUP, reads `file` again and makes its tokens the valid ones; a file that cannot
+/// be read or holds no token changes nothing (said on stderr).
+fn reload_tokens_on_sighup(file: &Path, guard: HttpGuard) -> Result<(), CliError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup())
+        .map_err(|e| CliError::Start(format!("cannot watch for SIGHUP: {e}")))?;
+    let file = file.to_path_buf();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match tokens(Some(&file)) {
+                Ok(tokens) => {
+                    guard.set_tokens(&tokens);
+                    note(format!(
+                        "SIGHUP: {} token(s) read again from {}",
+                        tokens.len(),
+                        file.display()
+                    ));
+                }
+                Err(e) => note(format!("SIGHUP: the tokens are unchanged: {e}")),
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The bounds the flags give.
+fn limits(args: &crate::cli::ServeLimitArgs) -> ServeLimits {
+    ServeLimits {
+        max_sessions: args.max_sessions.max(1),
+        max_sessions_per_token: args.max_sessions_per_token.max(1),
+        max_connections: args.max_connections.max(1),
+        max_requests_per_token: args.max_requests_per_token.max(1),
+        body_timeout: Duration::from_secs(args.body_timeout.max(1)),
+        idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
+    }
+}
+
+/// Makes the log folder, private to the user (0700), when it does not exist yet.
+fn private_folder(folder: &Path) -> Result<(), CliError> {
+    if folder.exists() {
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(folder)
+        .map_err(|e| CliError::io("create the log folder", folder, e))
 }
 
 /// `dsh serve --http ADDR`: serves until SIGTERM or SIGINT, then cancels the calls in flight
@@ -208,6 +269,7 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
         let local = listener
             .local_addr()
             .map_err(|e| CliError::Start(format!("--http {addr}: {e}")))?;
+        private_folder(folder)?;
         let serving =
             match harness::start_many(&args.workspace, folder, &args.options, responder).await {
                 Ok(serving) => serving,
@@ -217,13 +279,19 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
         for host in &args.allow_host {
             guard = guard.allow_host(host);
         }
+        if let Some(file) = &args.token_file {
+            reload_tokens_on_sighup(file, guard.clone())?;
+        }
         // 2025-11-25 clients get a server per `Mcp-Session-Id`; requests of the stateless
-        // 2026-07-28 era go to the session they name, kept in `sessions`.
-        let sessions = StatelessSessions::new(
+        // 2026-07-28 era go to the session they name, kept in `sessions`; both count in
+        // `table`.
+        let table = SessionTable::new(limits(&args.limits));
+        let sessions = StatelessSessions::bounded(
             serving.harness.clone(),
             serving.scheduler.clone(),
             approver,
             ServeConfig::default(),
+            table.clone(),
         );
         let make = move || sessions.client_server();
         note(format!(
@@ -251,7 +319,7 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
             // (their clients get that answer), every log is closed; then the connections.
             stopping.shutdown().await;
         };
-        let served = dsh_serve::serve_http(listener, guard, make, shutdown).await;
+        let served = dsh_serve::serve_http_bounded(listener, guard, table, make, shutdown).await;
         if let Some(hooks) = &serving.hooks {
             hooks.kill_all();
         }

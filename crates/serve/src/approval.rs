@@ -2,8 +2,11 @@
 
 use async_trait::async_trait;
 use dsh_core::{ApprovalAnswer, ApprovalRequest, ApprovalResponder, HookError};
-use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
-use rmcp::service::ElicitationMode;
+use rmcp::model::{
+    ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationSchema, GetExtensions, RequestId, ServerRequest,
+};
+use rmcp::service::{ElicitationMode, OriginatingRequestId, ServiceError};
 use rmcp::{Peer, RoleServer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -57,6 +60,26 @@ pub struct ElicitingApprover {
     /// The calls of the 2026-07-28 era, by (agent, call id): their `ask` is handed to their
     /// request rather than put to a peer.
     routes: Mutex<HashMap<(String, String), Route>>,
+    /// The JSON-RPC id of the request that made each call in flight of the 2025-11-25 era, by
+    /// (agent, call id): its `ask` goes on that request's own stream (SEP-2260), which every
+    /// client reads, rather than on the optional GET stream.
+    origins: Mutex<HashMap<(String, String), RequestId>>,
+}
+
+/// Forgets a call's originating request when the request is done with it.
+pub(crate) struct OriginGuard<'a> {
+    approver: &'a ElicitingApprover,
+    key: (String, String),
+}
+
+impl Drop for OriginGuard<'_> {
+    fn drop(&mut self) {
+        self.approver
+            .origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
 }
 
 impl ElicitingApprover {
@@ -103,6 +126,33 @@ impl ElicitingApprover {
             },
             receiver,
         )
+    }
+
+    /// The `ask` of call `call_id` of `agent`, if it comes, goes on the stream of the request
+    /// `request` (the `tools/call` that made the call). Until the guard is dropped.
+    pub(crate) fn originate(
+        &self,
+        agent: &str,
+        call_id: &str,
+        request: RequestId,
+    ) -> OriginGuard<'_> {
+        let key = (agent.to_string(), call_id.to_string());
+        self.origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), request);
+        OriginGuard {
+            approver: self,
+            key,
+        }
+    }
+
+    fn origin(&self, agent: &str, call_id: &str) -> Option<RequestId> {
+        self.origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(agent.to_string(), call_id.to_string()))
+            .cloned()
     }
 
     fn take_route(&self, agent: &str, call_id: &str) -> Option<Route> {
@@ -180,7 +230,20 @@ impl ApprovalResponder for ElicitingApprover {
             message,
             requested_schema: ElicitationSchema::new(BTreeMap::new()),
         };
-        match peer.create_elicitation(params).await {
+        let mut elicit = ElicitRequest::new(params);
+        if let Some(origin) = self.origin(&request.agent, &request.call_id) {
+            elicit.extensions_mut().insert(OriginatingRequestId(origin));
+        }
+        let answered = match peer
+            .send_request(ServerRequest::ElicitRequest(elicit))
+            .await
+        {
+            Ok(ClientResult::ElicitResult(answer)) => Ok(answer),
+            Ok(_) => Err(ServiceError::UnexpectedResponse),
+            Err(e) => Err(e),
+        };
+        let answered: Result<ElicitResult, ServiceError> = answered;
+        match answered {
             Ok(answer) => match answer.action {
                 ElicitationAction::Accept => Ok(ApprovalAnswer::Approve),
                 ElicitationAction::Decline => reject("declined by the MCP client"),

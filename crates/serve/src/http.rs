@@ -3,8 +3,10 @@
 //! stateless 2026-07-28 era, which rmcp routes past its sessions) behind the [`GuardLayer`],
 //! served over HTTP/1.1 by hyper on a tokio listener.
 
+use crate::admission::Admission;
 use crate::error::ServeError;
 use crate::http_guard::{GuardLayer, HttpGuard};
+use crate::limits::{ServeLimits, SessionTable};
 use crate::server::DshServer;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -13,6 +15,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::BoxBody;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use std::convert::Infallible;
@@ -34,10 +37,29 @@ const CONNECTION_GRACE: Duration = Duration::from_secs(2);
 /// server from `make_server` (see [`DshServer::per_client`]). When `shutdown` resolves, no
 /// more connections are taken, every client session ends, and open connections get a short
 /// grace to finish. Calls still in flight are not cancelled here: shut the harness down after
-/// this returns (they are recorded `ABORTED`).
+/// this returns (they are recorded `ABORTED`). Bounded by the default [`ServeLimits`]; see
+/// [`serve_http_bounded`].
 pub async fn serve_http<F>(
     listener: TcpListener,
     guard: HttpGuard,
+    make_server: F,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError>
+where
+    F: Fn() -> DshServer + Send + Sync + 'static,
+{
+    let table = SessionTable::new(ServeLimits::default());
+    serve_http_bounded(listener, guard, table, make_server, shutdown).await
+}
+
+/// [`serve_http`] under the bounds of `table` (shared with the [`crate::StatelessSessions`]
+/// made with it, so that the sessions of both eras count together): connections, requests in
+/// flight per token, the time to send a body, live sessions; and an idle session (nothing in
+/// flight for [`ServeLimits::idle_timeout`]) gives back its log and memory.
+pub async fn serve_http_bounded<F>(
+    listener: TcpListener,
+    guard: HttpGuard,
+    table: Arc<SessionTable>,
     make_server: F,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError>
@@ -50,14 +72,26 @@ where
         // arrived at; rmcp's fixed list would refuse a non-loopback bind's clients.
         .disable_allowed_hosts()
         .with_cancellation_token(stop.child_token());
-    let service = StreamableHttpService::new(
-        move || Ok(make_server()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let mut manager = LocalSessionManager::default();
+    // rmcp's idle timer restarts only on what the session sends, so it ends a session whose
+    // call runs silently for longer; the reaper below counts what is in flight instead.
+    manager.session_config.keep_alive = None;
+    let manager = Arc::new(manager);
+    let service = StreamableHttpService::new(move || Ok(make_server()), manager.clone(), config);
+    let reaper = tokio::spawn(reap_idle(table.clone(), manager, stop.clone()));
+    let limits = table.limits().clone();
+    let connection_places = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let connections = tokio_util::task::TaskTracker::new();
     tokio::pin!(shutdown);
     loop {
+        // At the bound, connections wait in the listen queue until one ends.
+        let place = tokio::select! {
+            () = &mut shutdown => break,
+            place = connection_places.clone().acquire_owned() => match place {
+                Ok(place) => place,
+                Err(_) => break,
+            },
+        };
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
@@ -79,11 +113,15 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        let guarded = GuardLayer::new(guard.clone(), local).layer(StreamWatch {
-            inner: service.clone(),
+        let guarded = GuardLayer::new(guard.clone(), local).layer(Admission {
+            inner: StreamWatch {
+                inner: service.clone(),
+            },
+            table: table.clone(),
         });
         let stop = stop.clone();
         connections.spawn(async move {
+            let _place = place;
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(30))
@@ -107,6 +145,7 @@ where
     // Every client session ends (rmcp drops their servers: each session then shuts itself
     // down), and open streams are told to close.
     stop.cancel();
+    let _ = reaper.await;
     connections.close();
     let _ = tokio::time::timeout(
         CONNECTION_GRACE + Duration::from_secs(1),
@@ -114,6 +153,38 @@ where
     )
     .await;
     Ok(())
+}
+
+/// Every so often, ends the 2025-11-25 sessions and releases the named 2026-07-28 sessions
+/// that have had nothing in flight for the idle timeout.
+async fn reap_idle(
+    table: Arc<SessionTable>,
+    manager: Arc<LocalSessionManager>,
+    stop: CancellationToken,
+) {
+    let idle = table.limits().idle_timeout;
+    let every = (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(30));
+    let mut ticker = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let ended = table.take_idle(idle);
+        for id in &ended {
+            if let Err(e) = manager.close_session(&id.as_str().into()).await {
+                tracing::warn!(session = %id, error = %e, "ending an idle session failed");
+            }
+        }
+        let released = table.release_idle_named(idle);
+        if !ended.is_empty() || released > 0 {
+            tracing::info!(
+                ended = ended.len(),
+                released,
+                "gave back the logs and memory of idle sessions"
+            );
+        }
+    }
 }
 
 /// Put in each HTTP request's extensions (rmcp hands a call the request's parts): cancelled

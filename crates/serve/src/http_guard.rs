@@ -20,20 +20,21 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 
 /// What a request must show to get in. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct HttpGuard {
-    tokens: Arc<Vec<[u8; 32]>>,
+    /// Shared by every clone: [`HttpGuard::set_tokens`] (a rotation) reaches them all.
+    tokens: Arc<RwLock<Vec<[u8; 32]>>>,
     hosts: Arc<Vec<String>>,
 }
 
 impl std::fmt::Debug for HttpGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpGuard")
-            .field("tokens", &self.tokens.len())
+            .field("tokens", &self.token_digests().len())
             .field("hosts", &self.hosts)
             .finish()
     }
@@ -86,14 +87,32 @@ impl HttpGuard {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.tokens = Arc::new(
-            tokens
-                .into_iter()
-                .filter(|t| !t.as_ref().trim().is_empty())
-                .map(|t| digest(t.as_ref().trim()))
-                .collect(),
-        );
+        self.tokens = Arc::new(RwLock::new(Vec::new()));
+        self.set_tokens(tokens);
         self
+    }
+
+    /// Replaces the tokens of this guard and of every clone of it (a rotation: the requests
+    /// that follow need one of the new tokens; sessions stay bound to the scope of the token
+    /// that opened them). Blank ones are ignored.
+    pub fn set_tokens<I, S>(&self, tokens: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let digests: Vec<[u8; 32]> = tokens
+            .into_iter()
+            .filter(|t| !t.as_ref().trim().is_empty())
+            .map(|t| digest(t.as_ref().trim()))
+            .collect();
+        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = digests;
+    }
+
+    fn token_digests(&self) -> Vec<[u8; 32]> {
+        self.tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Also accepts `Host: name` (and `Origin`s of it): the name clients reach the server by.
@@ -106,7 +125,7 @@ impl HttpGuard {
 
     /// Whether a token is required.
     pub fn requires_token(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.token_digests().is_empty()
     }
 
     /// Judges a request's headers, for a connection that arrived at `local`.
@@ -120,21 +139,22 @@ impl HttpGuard {
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .ok_or(Refusal::Host)?;
-        if !self.host_allowed(host, local, false) {
+        if !self.host_allowed(host, local, 80) {
             return Err(Refusal::Host);
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin.to_str().map_err(|_| Refusal::Origin)?;
-            let rest = origin
-                .strip_prefix("http://")
-                .or_else(|| origin.strip_prefix("https://"))
-                .ok_or(Refusal::Origin)?;
+            let (rest, default_port) = match origin.strip_prefix("http://") {
+                Some(rest) => (rest, 80),
+                None => (origin.strip_prefix("https://").ok_or(Refusal::Origin)?, 443),
+            };
             // An origin is scheme://host[:port], nothing after.
-            if rest.contains('/') || !self.host_allowed(rest, local, true) {
+            if rest.contains('/') || !self.host_allowed(rest, local, default_port) {
                 return Err(Refusal::Origin);
             }
         }
-        if self.tokens.is_empty() {
+        let tokens = self.token_digests();
+        if tokens.is_empty() {
             return Ok(SessionScope("local".into()));
         }
         let given = headers
@@ -148,7 +168,7 @@ impl HttpGuard {
         let given = digest(given);
         // Every token, every byte: no early exit.
         let mut matched = 0u8;
-        for token in self.tokens.iter() {
+        for token in tokens.iter() {
             let mut diff = 0u8;
             for (a, b) in token.iter().zip(given.iter()) {
                 diff |= a ^ b;
@@ -162,13 +182,14 @@ impl HttpGuard {
         }
     }
 
-    /// `authority` is `host[:port]` (`[v6]:port` for IPv6). An origin's port may be left out
-    /// (its scheme's default); a `Host`'s may be left out only for port 80.
-    fn host_allowed(&self, authority: &str, local: SocketAddr, origin: bool) -> bool {
+    /// `authority` is `host[:port]` (`[v6]:port` for IPv6). The port, or `default_port` when
+    /// it is left out (80 for `Host` and `http://` origins, 443 for `https://`), must be the
+    /// one the connection arrived at: `http://localhost` is not the origin of a server on 8765.
+    fn host_allowed(&self, authority: &str, local: SocketAddr, default_port: u16) -> bool {
         let (host, port) = split_authority(authority);
         let port_ok = match port {
             Some(p) => p.parse::<u16>().is_ok_and(|p| p == local.port()),
-            None => origin || local.port() == 80,
+            None => local.port() == default_port,
         };
         if !port_ok {
             return false;
@@ -221,6 +242,10 @@ fn refusal_response(refusal: Refusal) -> Response<BoxBody<Bytes, Infallible>> {
         header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    // The body is never read: the connection closes after the answer.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
     if refusal == Refusal::Token {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,
@@ -379,6 +404,10 @@ mod tests {
             "null",
             "http://localhost:8080/path",
             "file://",
+            // No port is the scheme's: not this server's 8080.
+            "http://localhost",
+            "https://localhost",
+            "http://127.0.0.1",
         ] {
             assert_eq!(
                 guard.check(&headers(&[host, ("origin", bad)]), local),

@@ -35,18 +35,22 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+mod admission;
 mod approval;
 mod error;
 mod http;
 pub mod http_guard;
+mod limits;
 mod server;
 mod stateless;
 mod tools;
 
+pub use admission::{MCP_PATH, SESSION_LIMIT_CODE};
 pub use approval::ElicitingApprover;
 pub use error::ServeError;
-pub use http::serve_http;
+pub use http::{serve_http, serve_http_bounded};
 pub use http_guard::{HttpGuard, SessionScope};
+pub use limits::{ServeLimits, SessionTable};
 pub use server::{APPROVAL_INPUT, DshServer, ServeConfig, serve_stdio, session_file_id};
 pub use stateless::{
     MAX_SESSION_NAME, SESSION_HEADER, SESSION_META_KEY, StatelessSessions, valid_session_name,

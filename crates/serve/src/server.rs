@@ -105,7 +105,7 @@ struct Inner {
     approver: Arc<ElicitingApprover>,
     config: ServeConfig,
     step: Mutex<Step>,
-    next_call: AtomicU64,
+    next_call: Arc<AtomicU64>,
     /// Call ids are `<call_prefix><n>`.
     call_prefix: String,
     /// Signs this session's `requestState`s.
@@ -177,6 +177,31 @@ pub fn session_file_id(mcp_session_id: &str) -> String {
     id
 }
 
+/// A fresh random log name for a 2025-11-25 client session: 32 hex digits.
+fn private_log_id() -> String {
+    let id: [u8; 16] = rand::random();
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Opens session `id` of `harness`, continuing its log. A named session released when idle
+/// may still be closing (its log is let go as its actor stops): that is waited for, briefly.
+async fn open_released(
+    harness: &Harness,
+    id: &str,
+    scheduler: &SchedulerConfig,
+) -> Result<dsh_scheduler::OpenedSession, SchedulerError> {
+    let mut tries = 0;
+    loop {
+        match harness.open_session(id, scheduler.clone(), None).await {
+            Err(SchedulerError::AlreadyOpen(_)) if tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            opened => return opened,
+        }
+    }
+}
+
 /// The `Mcp-Session-Id` of the HTTP request a call came in (rmcp puts the request's parts in
 /// the context's extensions).
 fn mcp_session_id(context: &RequestContext<RoleServer>) -> Option<String> {
@@ -228,6 +253,7 @@ impl DshServer {
             approver,
             config,
             "mcp_".into(),
+            Arc::new(AtomicU64::new(1)),
         )
     }
 
@@ -251,7 +277,14 @@ impl DshServer {
             named: None,
             opened: tokio::sync::OnceCell::new(),
         };
-        Self::with_source(source, &registry, approver, config, "mcp_".into())
+        Self::with_source(
+            source,
+            &registry,
+            approver,
+            config,
+            "mcp_".into(),
+            Arc::new(AtomicU64::new(1)),
+        )
     }
 
     /// The server of session `id` of the stateless era (its log `<id>.jsonl`, its agent
@@ -263,6 +296,7 @@ impl DshServer {
         config: ServeConfig,
         id: String,
         call_prefix: String,
+        next_call: Arc<AtomicU64>,
     ) -> Self {
         let registry = harness.pipeline().registry().clone();
         let source = Source::PerClient {
@@ -271,7 +305,7 @@ impl DshServer {
             named: Some(id),
             opened: tokio::sync::OnceCell::new(),
         };
-        Self::with_source(source, &registry, approver, config, call_prefix)
+        Self::with_source(source, &registry, approver, config, call_prefix, next_call)
     }
 
     /// Also serves the requests of the stateless 2026-07-28 era, each in the session it
@@ -294,6 +328,7 @@ impl DshServer {
         approver: Arc<ElicitingApprover>,
         config: ServeConfig,
         call_prefix: String,
+        next_call: Arc<AtomicU64>,
     ) -> Self {
         let tools = mcp_tools(registry);
         let structured = tools
@@ -309,13 +344,19 @@ impl DshServer {
                 approver,
                 config,
                 step: Mutex::new(Step::default()),
-                next_call: AtomicU64::new(1),
+                next_call,
                 call_prefix,
                 key: StateKey::random(),
                 parked: Mutex::new(HashMap::new()),
                 stateless: None,
             }),
         }
+    }
+
+    /// Whether nothing but its owner holds this server: no request is being served by it, no
+    /// call of it runs, no `ask` of it waits.
+    pub(crate) fn is_unused(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
     }
 
     /// The session the calls go to (for a per-client server, once its first call opened it).
@@ -341,8 +382,10 @@ impl DshServer {
                     .get_or_try_init(|| async {
                         let id = match named {
                             Some(id) => id.clone(),
+                            // The log's name is not the `Mcp-Session-Id`: whoever can list
+                            // the folder learns nothing that reaches the session.
                             None => match mcp_session_id(context) {
-                                Some(header) => session_file_id(&header),
+                                Some(_) => private_log_id(),
                                 None => {
                                     return Err(SchedulerError::Unavailable(
                                         "the request names no MCP session (Mcp-Session-Id)".into(),
@@ -350,7 +393,7 @@ impl DshServer {
                                 }
                             },
                         };
-                        let opened = harness.open_session(&id, scheduler.clone(), None).await?;
+                        let opened = open_released(harness, &id, scheduler).await?;
                         tracing::info!(session = %id, "opened the session of an MCP client");
                         Ok((opened.session, id))
                     })
@@ -414,6 +457,11 @@ impl DshServer {
         }
         let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
         let call_id = format!("{}{n}", self.inner.call_prefix);
+        let _origin = (!stateless).then(|| {
+            self.inner
+                .approver
+                .originate(&agent, &call_id, context.id.clone())
+        });
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         // In the stateless era the client cannot be asked by a request of the server's own:
@@ -466,18 +514,21 @@ impl DshServer {
                     canceller,
                 },
             );
-        let inner = self.inner.clone();
+        // Weak: once the call ended, the kept result does not hold the session open.
+        let inner = Arc::downgrade(&self.inner);
         let parked_id = call_id.clone();
         tokio::spawn(async move {
             let answer = result.await;
             drop(in_flight);
             let _ = done.send(answer);
             tokio::time::sleep(PARKED_RETAIN).await;
-            inner
-                .parked
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&parked_id);
+            if let Some(inner) = inner.upgrade() {
+                inner
+                    .parked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&parked_id);
+            }
         });
         tracing::info!(session = %agent, call = %call_id, tool = %name, "asked the client (input required)");
         let params = ElicitRequestParams::FormElicitationParams {

@@ -15,7 +15,9 @@
 //! - The `requestState` of an `ask` is signed ([`StateKey`], HMAC-SHA256 under a random key of
 //!   the server), binding the call id, the session and the tool with its arguments.
 
+use crate::admission::SESSION_LIMIT_CODE;
 use crate::http_guard::SessionScope;
+use crate::limits::{ServeLimits, SessionTable, Slot};
 use crate::server::DshServer;
 use crate::{ElicitingApprover, ServeConfig};
 use dsh_scheduler::{Harness, SchedulerConfig};
@@ -25,7 +27,9 @@ use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::Value;
 use sha2_hmac::Sha256;
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The `_meta` key of a request's params that names its dsh session (2026-07-28 era).
 pub const SESSION_META_KEY: &str = "dev.dsh/session";
@@ -224,9 +228,18 @@ impl StateKey {
     }
 }
 
+/// A named session's server while it is live, and the place it takes in the [`SessionTable`].
+struct Live {
+    server: DshServer,
+    last_seen: Instant,
+    _slot: Slot,
+}
+
 /// The sessions of the stateless era, shared by every request of one `dsh serve --http`: one
-/// [`DshServer`] per session id, opened on its first call, kept until the server stops (its
-/// step, read-before-edit and waiting `ask`s live there, not in any request).
+/// [`DshServer`] per session id, opened on its first call (its step, read-before-edit and
+/// waiting `ask`s live there, not in any request). Each counts in the [`SessionTable`]'s
+/// bounds; one with nothing in flight for the idle timeout is released (its log closed, its
+/// memory given back), and its next request reopens it from its log.
 pub struct StatelessSessions {
     harness: Harness,
     scheduler: SchedulerConfig,
@@ -235,7 +248,11 @@ pub struct StatelessSessions {
     /// Random per server run: the call ids of a named session (whose log a later run may
     /// continue) are `mcp_<run>_<n>`.
     run: String,
-    servers: Mutex<HashMap<String, DshServer>>,
+    /// The number of the next call of any named session of this run (so that a session
+    /// reopened from its log never repeats a call id of this run).
+    next_call: Arc<AtomicU64>,
+    table: Arc<SessionTable>,
+    servers: Mutex<HashMap<String, Live>>,
 }
 
 impl std::fmt::Debug for StatelessSessions {
@@ -255,15 +272,58 @@ impl StatelessSessions {
         approver: Arc<ElicitingApprover>,
         config: ServeConfig,
     ) -> Arc<StatelessSessions> {
+        let table = SessionTable::new(ServeLimits::default());
+        Self::bounded(harness, scheduler, approver, config, table)
+    }
+
+    /// [`StatelessSessions::new`], counted in `table` (the one given to
+    /// [`crate::serve_http_bounded`]), whose reaper releases the idle ones.
+    pub fn bounded(
+        harness: Harness,
+        scheduler: SchedulerConfig,
+        approver: Arc<ElicitingApprover>,
+        config: ServeConfig,
+        table: Arc<SessionTable>,
+    ) -> Arc<StatelessSessions> {
         let run: [u8; 4] = rand::random();
-        Arc::new(StatelessSessions {
+        let sessions = Arc::new(StatelessSessions {
             harness,
             scheduler,
             approver,
             config,
             run: run.iter().map(|b| format!("{b:02x}")).collect(),
+            next_call: Arc::new(AtomicU64::new(1)),
+            table: table.clone(),
             servers: Mutex::new(HashMap::new()),
-        })
+        });
+        table.serve_named(Arc::downgrade(&sessions));
+        sessions
+    }
+
+    /// Releases the sessions with nothing in flight (no request holds their server, no call
+    /// runs, no `ask` waits) since `idle`: their servers are dropped, which closes their logs.
+    /// Answers how many.
+    pub(crate) fn release_idle(&self, idle: Duration) -> usize {
+        let now = Instant::now();
+        let released: Vec<Live> = {
+            let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut idle_ids = Vec::new();
+            for (id, live) in servers.iter_mut() {
+                if !live.server.is_unused() {
+                    live.last_seen = now;
+                } else if now.duration_since(live.last_seen) >= idle {
+                    idle_ids.push(id.clone());
+                }
+            }
+            idle_ids
+                .iter()
+                .filter_map(|id| servers.remove(id))
+                .collect()
+        };
+        // Dropped outside the lock: each gives its slot back (which locks the table).
+        let count = released.len();
+        drop(released);
+        count
     }
 
     /// The server of one HTTP client session or request (what `serve_http`'s factory makes):
@@ -288,8 +348,9 @@ impl StatelessSessions {
     ) -> Result<DshServer, McpError> {
         let id = session_id(context)?;
         let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(server) = servers.get(&id) {
-            return Ok(server.clone());
+        if let Some(live) = servers.get_mut(&id) {
+            live.last_seen = Instant::now();
+            return Ok(live.server.clone());
         }
         if !create {
             return Err(refuse(
@@ -298,6 +359,15 @@ impl StatelessSessions {
                     .into(),
             ));
         }
+        let scope = id.split('-').next().unwrap_or_default();
+        let slot = self.table.reserve(scope).map_err(|full| {
+            tracing::warn!(session = %id, ?full, "refused a new session at the bound");
+            McpError::new(
+                rmcp::model::ErrorCode(SESSION_LIMIT_CODE),
+                full.sessions_message(self.table.limits()),
+                None,
+            )
+        })?;
         let server = DshServer::named(
             self.harness.clone(),
             self.scheduler.clone(),
@@ -305,8 +375,16 @@ impl StatelessSessions {
             self.config.clone(),
             id.clone(),
             format!("mcp_{}_", self.run),
+            self.next_call.clone(),
         );
-        servers.insert(id, server.clone());
+        servers.insert(
+            id,
+            Live {
+                server: server.clone(),
+                last_seen: Instant::now(),
+                _slot: slot,
+            },
+        );
         Ok(server)
     }
 }

@@ -30,9 +30,52 @@ fn with_context_field(mut schema: Map<String, Value>) -> Map<String, Value> {
     schema
 }
 
+/// The `format`s of JSON Schema (2020-12, its format vocabulary): any other (schemars'
+/// `uint`, `uint64`, `double` …) makes clients' validators warn, and says nothing they check.
+const KNOWN_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Drops, everywhere in `schema`, a string `format` no validator knows.
+fn drop_unknown_formats(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let unknown = map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !KNOWN_FORMATS.contains(&f));
+            if unknown {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_unknown_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_unknown_formats),
+        _ => {}
+    }
+}
+
 /// A schema MCP clients take: a JSON object whose root `type` is `object` (the TypeScript SDK
-/// refuses a tool list holding any other).
-fn object_schema(schema: Value) -> Option<Map<String, Value>> {
+/// refuses a tool list holding any other), without formats no validator knows.
+fn object_schema(mut schema: Value) -> Option<Map<String, Value>> {
+    drop_unknown_formats(&mut schema);
     match schema {
         Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("object") => {
             Some(map)
@@ -129,5 +172,33 @@ pub fn mcp_result(result: &FrozenResult, structured: bool) -> CallToolResult {
             }
             answer
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn formats_no_validator_knows_are_dropped_and_known_ones_kept() {
+        let schema = json!({"type": "object", "properties": {
+            "n": {"type": "integer", "format": "uint64"},
+            "list": {"type": "array", "items": {"type": "integer", "format": "uint"}},
+            "when": {"type": "string", "format": "date-time"},
+            // A property named `format` is not a format.
+            "format": {"type": "string"},
+        }});
+        let cleaned = Value::Object(object_schema(schema).unwrap());
+        assert_eq!(cleaned.pointer("/properties/n/format"), None);
+        assert_eq!(cleaned.pointer("/properties/list/items/format"), None);
+        assert_eq!(
+            cleaned.pointer("/properties/when/format"),
+            Some(&json!("date-time"))
+        );
+        assert_eq!(
+            cleaned.pointer("/properties/format"),
+            Some(&json!({"type": "string"}))
+        );
     }
 }

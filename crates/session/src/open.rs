@@ -74,6 +74,8 @@ pub(crate) fn for_writing(path: &Path) -> io::Result<(File, bool)> {
     {
         use std::os::unix::fs::OpenOptionsExt;
         options.custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY);
+        // A log holds every argument and result of its calls: the user's alone.
+        options.mode(0o600);
     }
     // `create_new` never follows a link either: a dangling one is "already exists".
     let (file, created) = match options.clone().create_new(true).open(path) {

@@ -56,9 +56,17 @@ pub struct HttpServe {
 impl HttpServe {
     /// Spawns `command` (a `dsh serve --http …` with its arguments), echoes its stderr
     /// (prefixed `[dsh]`) and waits up to 60 s for the URL dsh announces there.
-    pub fn spawn(mut command: Command) -> HttpServe {
+    pub fn spawn(command: Command) -> HttpServe {
+        Self::spawn_with_env(command, None)
+    }
+
+    /// [`HttpServe::spawn`] with `DSH_SERVE_TOKEN` set to `env_token` (unset when `None`).
+    pub fn spawn_with_env(mut command: Command, env_token: Option<&str>) -> HttpServe {
+        match env_token {
+            Some(token) => command.env("DSH_SERVE_TOKEN", token),
+            None => command.env_remove("DSH_SERVE_TOKEN"),
+        };
         let mut child = command
-            .env_remove("DSH_SERVE_TOKEN")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -81,6 +89,11 @@ impl HttpServe {
             .recv_timeout(Duration::from_secs(60))
             .expect("dsh serve --http says its URL on stderr");
         HttpServe { child, addr }
+    }
+
+    /// dsh's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The MCP endpoint.
