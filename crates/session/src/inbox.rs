@@ -21,6 +21,8 @@ pub(crate) type Ack = RpcReplyPort<Result<u64, SessionError>>;
 /// One append waiting for the writer.
 pub(crate) struct Queued {
     pub step: u64,
+    /// When the append was made (SPEC.md's "Time"): the event's `at`.
+    pub at: u64,
     pub body: EventBody,
     pub reply: Ack,
 }

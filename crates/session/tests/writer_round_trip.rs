@@ -278,6 +278,7 @@ fn step_bodies(calls: &[GenCall], users: &[(String, String)]) -> Vec<(usize, Eve
             i,
             EventBody::result(
                 ToolResultData {
+                    started_at: None,
                     call_id: id(i, c),
                     message: c.message.clone(),
                     error: c.error.clone(),
@@ -337,7 +338,7 @@ proptest! {
                     if matches!(body, EventBody::ToolCall(_)) {
                         call_seqs.push(seq);
                     }
-                    written.push(SessionEvent { seq, step, body });
+                    written.push(SessionEvent { at: None, seq, step, body });
                 }
             }
             let snapshot = log.snapshot().await.unwrap();
