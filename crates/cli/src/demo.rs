@@ -87,15 +87,19 @@ pub fn demo(rt: &Runtime, args: &DemoArgs, out: &mut JsonLines) -> Result<u8, Cl
         FormatArg::Openai => "openai",
         FormatArg::Anthropic => "anthropic",
     };
+    let page = dir.join("session.html");
+    crate::view::write_page(&page, &crate::view::page_of_file(&log)?)?;
     note(format!(
         "demo done. The edited sample project: {}\n     \
          The session log: {}\n     \
          Rebuild what the model saw from the log: cargo run -p dsh-cli -- replay {} --format {format}\n     \
-         Verify the log's invariants:             cargo run -p dsh-cli -- check {}",
+         Verify the log's invariants:             cargo run -p dsh-cli -- check {}\n     \
+         The session at a glance, in a browser:   {}",
         workspace.display(),
         log.display(),
         log.display(),
-        log.display()
+        log.display(),
+        page.display()
     ));
     Ok(code)
 }
