@@ -48,7 +48,7 @@ pub(crate) enum Pushed {
     /// Queued; the caller must wake the writer.
     Ring,
     /// The writer is gone; here is the append back.
-    Closed(Queued),
+    Closed(Box<Queued>),
 }
 
 impl Inbox {
@@ -60,7 +60,7 @@ impl Inbox {
     pub fn push(&self, item: Queued) -> Pushed {
         let mut state = self.lock();
         if state.closed {
-            return Pushed::Closed(item);
+            return Pushed::Closed(Box::new(item));
         }
         state.items.push(item);
         if state.rung {

@@ -59,6 +59,7 @@ pub fn render_lines(reader: impl BufRead, options: &PageOptions) -> Result<Strin
 
 /// The view of a JSON Lines log read from `reader`, as [`render_lines`] reads it.
 pub fn read_view(reader: impl BufRead, limits: Limits) -> Result<SessionView, ViewError> {
+    let _span = tracing::debug_span!("dsh_view.read").entered();
     let mut builder = ViewBuilder::new(limits);
     read_lines(reader, |line| match line {
         Some(line) => match SessionEvent::from_json_line(line) {
