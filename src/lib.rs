@@ -66,5 +66,14 @@ mod book {
         Benchmarks: "benchmarks.md",
         Embedding: "embedding.md",
         Design: "design.md",
+        ServeLimits: "serve-limits.md",
+        PostgresInPractice: "postgres.md",
+        View: "view.md",
+        ShellSandboxHardening: "shell-sandbox-hardening.md",
+        Frameworks: "frameworks/README.md",
+        FrameworkFastmcp: "frameworks/fastmcp.md",
+        FrameworkLangchain: "frameworks/langchain.md",
+        FrameworkOpenaiAgents: "frameworks/openai-agents.md",
+        FrameworkPydanticAi: "frameworks/pydantic-ai.md",
     }
 }

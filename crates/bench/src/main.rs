@@ -12,6 +12,7 @@ mod serve_bench;
 mod session_bench;
 mod shell_bench;
 mod stream_bench;
+mod view_bench;
 
 /// One scenario benchmark.
 pub struct Bench {
@@ -24,7 +25,7 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 8] = [
+    let lists: [&'static [Bench]; 9] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
@@ -33,6 +34,7 @@ fn benches() -> Vec<&'static Bench> {
         pg_bench::BENCHES,
         serve_bench::BENCHES,
         stream_bench::BENCHES,
+        view_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }

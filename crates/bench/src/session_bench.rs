@@ -141,6 +141,7 @@ fn group_bytes() -> Vec<u8> {
     let mut out = Vec::new();
     for n in 0..16 {
         let event = SessionEvent {
+            at: None,
             seq: 100_000 + n,
             step: 1,
             body: call_body(n as usize, 10_000 + n),
@@ -378,6 +379,7 @@ impl LogWriter {
     fn put(&mut self, step: u64, body: EventBody) -> u64 {
         self.seq += 1;
         let line = SessionEvent {
+            at: None,
             seq: self.seq,
             step,
             body,
@@ -422,6 +424,7 @@ pub(crate) fn write_log(path: &Path, events: u64) {
                 step,
                 EventBody::result(
                     ToolResultData {
+                        started_at: None,
                         call_id: id,
                         message: vec![ContentBlock::text(text)],
                         error: None,

@@ -138,6 +138,35 @@ pub enum Command {
     /// provider would refuse is left out and named on stderr.
     #[command(after_help = EXIT_CODES)]
     Tools(ToolsArgs),
+    /// Write a session's page: one self-contained HTML file (no server, no network) with the
+    /// session's figures, a timeline of its steps and calls, and each call's arguments, result,
+    /// error and meta on click.
+    ///
+    /// Every string from the log is shown as text, never as markup. A huge log gives a page of
+    /// bounded size: long fields are cut with a note, and the page says how many calls it
+    /// leaves out.
+    #[command(after_help = EXIT_CODES)]
+    View(ViewArgs),
+}
+
+/// `dsh view`.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// The session log.
+    #[arg(
+        value_name = "LOG",
+        required_unless_present = "store",
+        conflicts_with = "store"
+    )]
+    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Write the page to FILE (default: standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Open the page with the desktop's opener once written (to a temporary file without -o).
+    #[arg(long)]
+    pub open: bool,
 }
 
 /// `dsh tools`.

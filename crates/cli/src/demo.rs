@@ -87,6 +87,8 @@ pub fn demo(rt: &Runtime, args: &DemoArgs, out: &mut JsonLines) -> Result<u8, Cl
         FormatArg::Openai => "openai",
         FormatArg::Anthropic => "anthropic",
     };
+    let page = dir.join("session.html");
+    crate::view::write_page(&page, &crate::view::page_of_file(&log)?)?;
     // The paths are the user's (`--dir`) or the system's temporary folder: escaped, and
     // quoted in the commands so that pasting one names the same file.
     let log_word = shell_word(&log.display().to_string()).into_owned();
@@ -101,6 +103,10 @@ pub fn demo(rt: &Runtime, args: &DemoArgs, out: &mut JsonLines) -> Result<u8, Cl
         ),
         format!(
             "Verify the log's invariants:             cargo run -p dsh-cli -- check {log_word}"
+        ),
+        format!(
+            "The session at a glance, in a browser:   {}",
+            page.display()
         ),
     ]);
     Ok(code)

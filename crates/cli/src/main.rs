@@ -21,6 +21,7 @@ mod serve_refusal;
 mod shell_env;
 mod store;
 mod tools;
+mod view;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -98,6 +99,8 @@ fn main() -> ExitCode {
         }),
         Command::Demo(args) => demo::demo(&rt, &args, &mut out),
         Command::Tools(args) => tools::tools(&rt, &args, &mut out),
+        Command::View(args) => store::LogTarget::new(args.log.as_ref(), &args.store)
+            .and_then(|log| view::view(&rt, view::ViewPlan::from_args(&log, &args))),
     };
     // An approval prompt abandoned at its timeout still waits on stdin in a blocking thread;
     // dropping the runtime would wait for it, so stop waiting after a moment.

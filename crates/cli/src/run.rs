@@ -648,6 +648,7 @@ fn record_bad_line(
         step,
         EventBody::result(
             ToolResultData {
+                started_at: None,
                 call_id: call_id.clone(),
                 message: content.clone(),
                 error: Some(error.clone()),

@@ -57,7 +57,7 @@ fn suggested_args(line: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_closing_lines_are_four_plain_lines_whose_commands_work_when_pasted() {
+fn the_closing_lines_are_five_plain_lines_whose_commands_work_when_pasted() {
     let dir = tempfile::tempdir().unwrap();
     // A space, as in "My Documents": the commands must quote it.
     let demo_dir = dir.path().join("my demo");
@@ -70,7 +70,16 @@ fn the_closing_lines_are_four_plain_lines_whose_commands_work_when_pasted() {
     );
     let log = demo_dir.join("session.jsonl");
     let lines = closing_lines(&ran.stderr);
-    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert_eq!(lines.len(), 5, "{lines:#?}");
+    let page = demo_dir.join("session.html");
+    assert_eq!(
+        lines[4],
+        format!(
+            "     The session at a glance, in a browser:   {}",
+            page.display()
+        )
+    );
+    assert!(page.is_file(), "the page the demo names exists");
     assert_eq!(
         lines[0],
         format!(
@@ -108,7 +117,16 @@ fn a_folder_name_that_holds_a_line_break_stays_inside_its_line() {
     let ran = dsh(&["demo".as_ref(), "--dir".as_ref(), demo_dir.as_os_str()]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     let lines = closing_lines(&ran.stderr);
-    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert_eq!(lines.len(), 5, "{lines:#?}");
+    let page = demo_dir.join("session.html");
+    assert_eq!(
+        lines[4],
+        format!(
+            "     The session at a glance, in a browser:   {}",
+            page.display()
+        )
+    );
+    assert!(page.is_file(), "the page the demo names exists");
     assert!(lines[0].starts_with("dsh: demo done. The edited sample project: "));
     assert!(
         lines[0].contains("x\\u{a}dsh: demo done.") && lines[0].contains("\\u{1b}[2K"),

@@ -110,6 +110,16 @@ fn demo_runs_on_a_fresh_copy_and_its_log_replays_to_the_same_output() {
         ran.stderr
     );
     assert!(ran.tool_content("call_08").starts_with("DENIED: "));
+    // It ends by naming the page of its session, written next to the log.
+    let page = demo_dir.join("session.html");
+    let last = ran.stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with(&page.display().to_string()),
+        "{}",
+        ran.stderr
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("call_08"));
     assert_eq!(replay(&log, "openai").stdout, ran.stdout);
     assert_eq!(check(&log).code, 0);
 

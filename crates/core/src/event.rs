@@ -58,6 +58,10 @@ pub struct ToolResultData {
     /// Metadata that is kept but not shown to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Map<String, Value>>,
+    /// When the tool's body started, in milliseconds since the Unix epoch (SPEC.md's "Time");
+    /// absent when it never started. For people and tools that show time: replay ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<u64>,
 }
 
 impl ToolResultData {
@@ -68,6 +72,7 @@ impl ToolResultData {
             message: result.content().to_vec(),
             error: result.error_info().cloned(),
             meta: result.meta().cloned(),
+            started_at: None,
         }
     }
 }
@@ -164,11 +169,20 @@ pub const MAX_STEP: u64 = i64::MAX as u64;
 /// and results where they are normalized.
 pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
 
+/// The wall-clock time now, in milliseconds since the Unix epoch: what `at` and `startedAt`
+/// hold. A clock before 1970 reads as 0.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 /// One line of the session log.
 ///
 /// ```
 /// use dsh_core::event::{EventBody, SessionEvent, UserMessageData};
-/// let e = SessionEvent {
+/// let e = SessionEvent { at: None,
 ///     seq: 3,
 ///     step: 1,
 ///     body: EventBody::UserMessage(UserMessageData { content: "hi".into(), origin: "c1".into() }),
@@ -183,6 +197,9 @@ pub struct SessionEvent {
     pub seq: u64,
     /// The step the event belongs to.
     pub step: u64,
+    /// When the pipeline made the event, in milliseconds since the Unix epoch (SPEC.md's
+    /// "Time"); absent in older logs. No invariant depends on it: wall clocks may step back.
+    pub at: Option<u64>,
     /// Type and data.
     pub body: EventBody,
 }
@@ -213,10 +230,14 @@ impl SessionEvent {
 impl Serialize for SessionEvent {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let extra = matches!(self.body, EventBody::ToolResult { .. });
-        let mut map = s.serialize_map(Some(if extra { 6 } else { 4 }))?;
+        let len = 4 + if extra { 2 } else { 0 } + usize::from(self.at.is_some());
+        let mut map = s.serialize_map(Some(len))?;
         map.serialize_entry("seq", &self.seq)?;
         map.serialize_entry("step", &self.step)?;
         map.serialize_entry("type", self.body.type_str())?;
+        if let Some(at) = self.at {
+            map.serialize_entry("at", &at)?;
+        }
         match &self.body {
             EventBody::ToolCall(d) => map.serialize_entry("data", d)?,
             EventBody::ToolResult {
@@ -267,6 +288,7 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut seq: Option<u64> = None;
         let mut step: Option<u64> = None;
         let mut ty: Option<String> = None;
+        let mut at: Option<u64> = None;
         let mut data: Option<Data> = None;
         let mut surface_op: Option<String> = None;
         let mut sources: Option<Vec<u64>> = None;
@@ -275,6 +297,7 @@ impl<'de> Visitor<'de> for EventVisitor {
                 "seq" => seq = Some(map.next_value()?),
                 "step" => step = Some(map.next_value()?),
                 "type" => ty = Some(map.next_value()?),
+                "at" => at = Some(map.next_value()?),
                 "data" => {
                     data = Some(match ty.as_deref() {
                         Some(TOOL_CALL) => Data::Call(map.next_value()?),
@@ -313,7 +336,12 @@ impl<'de> Visitor<'de> for EventVisitor {
             Data::User(d) => EventBody::UserMessage(d),
             Data::Raw(_) => return Err(de::Error::custom("unreachable raw data")),
         };
-        Ok(SessionEvent { seq, step, body })
+        Ok(SessionEvent {
+            seq,
+            step,
+            at,
+            body,
+        })
     }
 }
 
@@ -332,10 +360,12 @@ mod tests {
     #[test]
     fn result_envelope_has_surface_op_and_sources() {
         let e = SessionEvent {
+            at: None,
             seq: 2,
             step: 1,
             body: EventBody::result(
                 ToolResultData {
+                    started_at: None,
                     call_id: "c1".into(),
                     message: vec![ContentBlock::text("no")],
                     error: Some(ToolError::new(ErrorCode::Denied, "no")),
@@ -356,6 +386,7 @@ mod tests {
     #[test]
     fn call_parent_is_null_not_absent() {
         let e = SessionEvent {
+            at: None,
             seq: 1,
             step: 1,
             body: EventBody::ToolCall(ToolCallData {
@@ -415,6 +446,7 @@ mod tests {
     #[test]
     fn golden_tool_call_with_parent_null_and_with_a_parent() {
         let call = |parent: Option<&str>| SessionEvent {
+            at: None,
             seq: 1,
             step: 2,
             body: EventBody::ToolCall(ToolCallData {
@@ -444,10 +476,12 @@ mod tests {
         let mut meta = Map::new();
         meta.insert("dsh.recovered".into(), json!(true));
         let failed = SessionEvent {
+            at: None,
             seq: 2,
             step: 2,
             body: EventBody::result(
                 ToolResultData {
+                    started_at: None,
                     call_id: "c1".into(),
                     message: vec![ContentBlock::text("outside the workspace")],
                     error: Some(ToolError::new(ErrorCode::Denied, "outside the workspace")),
@@ -481,10 +515,12 @@ mod tests {
 
         // A success has neither `error` nor `meta`: absent, not null.
         let ok = SessionEvent {
+            at: None,
             seq: 2,
             step: 2,
             body: EventBody::result(
                 ToolResultData {
+                    started_at: None,
                     call_id: "c1".into(),
                     message: vec![ContentBlock::Image {
                         media_type: "image/png".into(),
@@ -504,6 +540,7 @@ mod tests {
     #[test]
     fn golden_code_dispatch_with_its_parent_and_outcome() {
         let dispatch = |error: Option<ToolError>| SessionEvent {
+            at: None,
             seq: 3,
             step: 2,
             body: EventBody::CodeDispatch(CodeDispatchData {
@@ -539,6 +576,7 @@ mod tests {
     #[test]
     fn golden_user_message_with_content_and_origin() {
         let e = SessionEvent {
+            at: None,
             seq: 4,
             step: 2,
             body: EventBody::UserMessage(UserMessageData {
@@ -549,6 +587,39 @@ mod tests {
         let line = r#"{"seq":4,"step":2,"type":"user/message","data":{"content":"the file changed since it was read","origin":"c1"}}"#;
         golden(e, line);
         assert_eq!(keys(line, Some("data")), sorted(&["content", "origin"]));
+    }
+
+    /// SPEC.md's "Time": `at` between `type` and `data`, `startedAt` last in a result's data;
+    /// both read back, and a line without them reads as `None`.
+    #[test]
+    fn golden_times_sit_after_type_and_at_the_end_of_a_results_data() {
+        let e = SessionEvent {
+            seq: 2,
+            step: 1,
+            at: Some(1_767_225_600_123),
+            body: EventBody::result(
+                ToolResultData {
+                    call_id: "c1".into(),
+                    message: vec![ContentBlock::text("ok")],
+                    error: None,
+                    meta: None,
+                    started_at: Some(1_767_225_600_100),
+                },
+                1,
+            ),
+        };
+        let line = r#"{"seq":2,"step":1,"type":"tool/result","at":1767225600123,"data":{"callId":"c1","message":[{"type":"text","text":"ok"}],"startedAt":1767225600100},"surfaceOp":"append","sourceEventSeqs":[1]}"#;
+        golden(e, line);
+        let old = r#"{"seq":2,"step":1,"type":"tool/result","data":{"callId":"c1","message":[]},"surfaceOp":"append","sourceEventSeqs":[1]}"#;
+        let read = SessionEvent::from_json_line(old).unwrap();
+        assert_eq!(read.at, None);
+        let EventBody::ToolResult { data, .. } = read.body else {
+            panic!("not a result")
+        };
+        assert_eq!(data.started_at, None);
+        assert!(
+            SessionEvent::from_json_line(&old.replace("\"data\"", "\"at\":-1,\"data\"")).is_err()
+        );
     }
 
     #[test]

@@ -345,6 +345,7 @@ pub fn recover_any_file(data: &[u8]) {
     let dir = tempfile::tempdir().expect("a temp dir");
     let file = dir.path().join("log.jsonl");
     let first = SessionEvent {
+        at: None,
         seq: 1,
         step: 1,
         body: EventBody::UserMessage(UserMessageData {
@@ -452,6 +453,7 @@ pub fn log_events(data: &[u8]) {
                     _ => id,
                 };
                 let result = ToolResultData {
+                    started_at: None,
                     call_id,
                     message: vec![ContentBlock::text("ok")],
                     error: None,
@@ -494,7 +496,12 @@ pub fn log_events(data: &[u8]) {
                 continue;
             }
         };
-        events.push(SessionEvent { seq, step, body });
+        events.push(SessionEvent {
+            at: None,
+            seq,
+            step,
+            body,
+        });
     }
 
     let strict = check(&events);

@@ -69,6 +69,8 @@ pub(crate) enum SchedulerMsg {
         index: usize,
         result: FrozenResult,
         record: Record,
+        /// When the body started, if it did (`startedAt`).
+        started_at: Option<u64>,
     },
     /// The step's results and deferred messages are recorded and its caller answered.
     StepDone { step: u64 },
@@ -279,6 +281,7 @@ fn close_later(
             index,
             result,
             record,
+            started_at: track.started_at(),
         });
     });
 }
@@ -697,7 +700,13 @@ impl SchedulerState {
                         content,
                         origin: slot.call.call_id.clone(),
                     }));
-                let ack = record_result(&self.log, run.step, seq, &outcome.result);
+                let ack = record_result(
+                    &self.log,
+                    run.step,
+                    seq,
+                    &outcome.result,
+                    track.started_at(),
+                );
                 run.records.push(ack.clone().boxed());
                 self.settle(myself, index, outcome.result, Ok(ack));
             }
@@ -749,6 +758,7 @@ impl SchedulerState {
         index: usize,
         result: FrozenResult,
         record: Record,
+        started_at: Option<u64>,
     ) {
         let Some(run) = self.current.as_mut().filter(|r| r.step == step) else {
             tracing::warn!(step, index, "a call was closed after its step; ignored");
@@ -762,9 +772,12 @@ impl SchedulerState {
             return;
         }
         let ack = match record {
-            Record::AtSeq(seq) => Ok(record_result(&self.log, step, seq, &result)),
+            Record::AtSeq(seq) => Ok(record_result(&self.log, step, seq, &result, started_at)),
             Record::AfterCall(call_ack) => {
-                let data = ToolResultData::from_frozen(&result);
+                let data = ToolResultData {
+                    started_at,
+                    ..ToolResultData::from_frozen(&result)
+                };
                 let log = self.log.clone();
                 Ok(async move {
                     let seq = call_ack.await?;
@@ -879,13 +892,20 @@ fn cancel_slot(slot: &mut Slot) {
     }
 }
 
-fn record_result(log: &SessionLog, step: u64, call_seq: u64, result: &FrozenResult) -> SharedAck {
-    log.send(
-        step,
-        EventBody::result(ToolResultData::from_frozen(result), call_seq),
-    )
-    .boxed()
-    .shared()
+fn record_result(
+    log: &SessionLog,
+    step: u64,
+    call_seq: u64,
+    result: &FrozenResult,
+    started_at: Option<u64>,
+) -> SharedAck {
+    let data = ToolResultData {
+        started_at,
+        ..ToolResultData::from_frozen(result)
+    };
+    log.send(step, EventBody::result(data, call_seq))
+        .boxed()
+        .shared()
 }
 
 /// A call the step will never reach: a synthesized `tool/call` + `tool/result` pair. The call
@@ -1088,7 +1108,8 @@ impl Actor for Scheduler {
                 index,
                 result,
                 record,
-            } => state.closed(&myself, step, index, result, record),
+                started_at,
+            } => state.closed(&myself, step, index, result, record, started_at),
             SchedulerMsg::StepDone { step } => {
                 if state.current.as_ref().is_some_and(|r| r.step == step) {
                     state.current = None;

@@ -28,7 +28,7 @@
 //! ```
 //! use dsh_core::event::{EventBody, SessionEvent, UserMessageData};
 //! use dsh_session::check::{check, Violation};
-//! let user = |seq, step| SessionEvent {
+//! let user = |seq, step| SessionEvent { at: None,
 //!     seq,
 //!     step,
 //!     body: EventBody::UserMessage(UserMessageData { content: "x".into(), origin: "c".into() }),

@@ -39,7 +39,7 @@ const KEEP_BUFFER: usize = 1 << 20;
 /// let (mut backend, recovery) = FileBackend::open(&path).unwrap();
 /// assert_eq!(recovery.next_seq, 1);
 /// let body = EventBody::UserMessage(UserMessageData { content: "hi".into(), origin: "c1".into() });
-/// backend.commit(vec![SessionEvent { seq: 1, step: 1, body }], true).unwrap();
+/// backend.commit(vec![SessionEvent { at: None, seq: 1, step: 1, body }], true).unwrap();
 /// drop(backend);
 /// let (backend, recovery) = FileBackend::open(&path).unwrap();
 /// assert_eq!((recovery.events_read, recovery.next_seq, recovery.next_step), (1, 2, 2));
@@ -366,6 +366,7 @@ mod tests {
 
     fn user(seq: u64) -> SessionEvent {
         SessionEvent {
+            at: None,
             seq,
             step: 1,
             body: EventBody::UserMessage(UserMessageData {
@@ -417,6 +418,7 @@ mod tests {
         // An event line of at most 1000 bytes, a part of at most 1001.
         b.faults.limits = Some((1000, 1001));
         let big = |seq| SessionEvent {
+            at: None,
             seq,
             step: 1,
             body: EventBody::UserMessage(UserMessageData {
@@ -445,6 +447,7 @@ mod tests {
         let (mut b, _) = FileBackend::open(&path).unwrap();
         b.faults.limits = Some((1000, 1001));
         let sized = |seq, n| SessionEvent {
+            at: None,
             seq,
             step: 1,
             body: EventBody::UserMessage(UserMessageData {

@@ -21,6 +21,8 @@ pub(crate) type Ack = RpcReplyPort<Result<u64, SessionError>>;
 /// One append waiting for the writer.
 pub(crate) struct Queued {
     pub step: u64,
+    /// When the append was made (SPEC.md's "Time"): the event's `at`.
+    pub at: u64,
     pub body: EventBody,
     pub reply: Ack,
 }
@@ -46,7 +48,7 @@ pub(crate) enum Pushed {
     /// Queued; the caller must wake the writer.
     Ring,
     /// The writer is gone; here is the append back.
-    Closed(Queued),
+    Closed(Box<Queued>),
 }
 
 impl Inbox {
@@ -58,7 +60,7 @@ impl Inbox {
     pub fn push(&self, item: Queued) -> Pushed {
         let mut state = self.lock();
         if state.closed {
-            return Pushed::Closed(item);
+            return Pushed::Closed(Box::new(item));
         }
         state.items.push(item);
         if state.rung {

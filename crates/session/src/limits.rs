@@ -82,8 +82,9 @@ fn error_bound(error: Option<&ToolError>) -> usize {
 
 /// The event's nesting depth and an upper bound of its line's length.
 fn shape(event: &SessionEvent) -> (usize, usize) {
-    // `{"seq":…,"step":…,"type":"tool/code-dispatch","data":{…}}` and the keys of `data`.
-    const ENVELOPE: usize = 256;
+    // `{"seq":…,"step":…,"type":"tool/code-dispatch","data":{…}}` and the keys of `data`,
+    // with `"at":…` and `"startedAt":…` (two u64s and their keys, at most 64 bytes).
+    const ENVELOPE: usize = 320;
     // The event's object is level 1, `data` level 2: containers in data start at level 3.
     let (depth, bytes) = match &event.body {
         // Every field is named (no `..`): a field added to an event must be counted here.
@@ -116,6 +117,8 @@ fn shape(event: &SessionEvent) -> (usize, usize) {
                     message,
                     error,
                     meta,
+                    // A u64: its bytes are in the envelope's bound.
+                    started_at: _,
                 },
             surface_op,
             source_event_seqs,
@@ -261,6 +264,7 @@ mod tests {
         }))
         .unwrap();
         SessionEvent {
+            at: None,
             seq: 1,
             step: 1,
             body: EventBody::ToolCall(data),
@@ -271,10 +275,12 @@ mod tests {
         let mut meta = serde_json::Map::new();
         meta.insert("m".into(), value);
         SessionEvent {
+            at: None,
             seq: 2,
             step: 1,
             body: EventBody::result(
                 ToolResultData {
+                    started_at: None,
                     call_id: "c".into(),
                     message: vec![ContentBlock::text("x")],
                     error: None,
@@ -312,6 +318,7 @@ mod tests {
                 call(json!({ text: [text, 1.5e-300, -12, u64::MAX, null, true] })),
                 result_with_meta(json!([text, {"a": text}])),
                 SessionEvent {
+                    at: None,
                     seq: u64::MAX,
                     step: u64::MAX,
                     body: EventBody::UserMessage(UserMessageData {
@@ -331,6 +338,7 @@ mod tests {
     fn the_line_length_is_counted_exactly_escapes_and_all() {
         // Control characters are written as six-byte escapes: the raw length says little.
         let event = SessionEvent {
+            at: None,
             seq: 1,
             step: 1,
             body: EventBody::UserMessage(UserMessageData {

@@ -220,6 +220,7 @@ impl SessionLog {
         let (tx, rx) = ractor::concurrency::oneshot();
         let item = Queued {
             step,
+            at: dsh_core::event::now_ms(),
             body,
             reply: tx.into(),
         };

@@ -22,7 +22,7 @@ const BLOCK: usize = 1 << 20;
 /// use dsh_session::{LogBackend, MemoryBackend};
 /// let mut backend = MemoryBackend::default();
 /// let body = EventBody::UserMessage(UserMessageData { content: "hi".into(), origin: "c1".into() });
-/// backend.commit(vec![SessionEvent { seq: 1, step: 1, body }], false).unwrap();
+/// backend.commit(vec![SessionEvent { at: None, seq: 1, step: 1, body }], false).unwrap();
 /// assert_eq!(backend.read_all().unwrap()[0].seq, 1);
 /// ```
 #[derive(Debug, Default)]
@@ -132,6 +132,7 @@ mod tests {
 
     fn user(seq: u64, content: String) -> SessionEvent {
         SessionEvent {
+            at: None,
             seq,
             step: 1,
             body: EventBody::UserMessage(UserMessageData {

@@ -143,7 +143,13 @@ mod tests {
         let mut seq = 0;
         let mut put = |step, body| {
             seq += 1;
-            let line = SessionEvent { seq, step, body }.to_json_line();
+            let line = SessionEvent {
+                seq,
+                step,
+                at: None,
+                body,
+            }
+            .to_json_line();
             out.extend_from_slice(line.as_bytes());
             out.push(b'\n');
             seq
@@ -162,6 +168,7 @@ mod tests {
             let a = put(step, call(format!("a{step}"), 3));
             let b = put(step, call(format!("b{step}"), 300));
             let result = |id: String| ToolResultData {
+                started_at: None,
                 call_id: id.clone(),
                 message: vec![ContentBlock::text(id)],
                 error: None,

@@ -455,6 +455,7 @@ pub(crate) fn aborted_result(call_id: &str) -> ToolResultData {
     let mut meta = Map::new();
     meta.insert("dsh.recovered".into(), Value::Bool(true));
     ToolResultData {
+        started_at: None,
         call_id: call_id.to_string(),
         message: vec![ContentBlock::text(message)],
         error: Some(ToolError::new(ErrorCode::Aborted, message)),
@@ -528,6 +529,7 @@ impl Tracker {
         let mut closed_calls = Vec::with_capacity(open.len());
         for (call_seq, step, call_id) in open {
             let closing = SessionEvent {
+                at: None,
                 seq,
                 step,
                 body: EventBody::result(closing(&call_id), call_seq),
@@ -585,6 +587,7 @@ mod tests {
 
     fn user(seq: u64, step: u64) -> SessionEvent {
         SessionEvent {
+            at: None,
             seq,
             step,
             body: EventBody::UserMessage(UserMessageData {
@@ -750,10 +753,12 @@ mod tests {
                 e.to_json_line()
             },
             SessionEvent {
+                at: None,
                 seq: 7,
                 step: 3,
                 body: EventBody::result(
                     ToolResultData {
+                        started_at: None,
                         meta: Some(meta),
                         ..aborted_result("c")
                     },
@@ -808,6 +813,7 @@ mod tests {
         t.observe(&call(1, 4, "a")).unwrap();
         t.observe(&call(2, 4, "b")).unwrap();
         t.observe(&SessionEvent {
+            at: None,
             seq: 3,
             step: 4,
             body: EventBody::result(aborted_result("a"), 1),
@@ -834,6 +840,7 @@ mod tests {
 
     fn call(seq: u64, step: u64, id: &str) -> SessionEvent {
         SessionEvent {
+            at: None,
             seq,
             step,
             body: EventBody::ToolCall(dsh_core::event::ToolCallData {
@@ -855,6 +862,7 @@ mod tests {
         t.observe(&call(1, 1, "a")).unwrap();
         let err = t
             .observe(&SessionEvent {
+                at: None,
                 seq: 2,
                 step: 1,
                 body: EventBody::result(aborted_result("a"), 2),

@@ -10,7 +10,7 @@
 //! use dsh_core::event::{EventBody, SessionEvent, ToolCallData, ToolResultData};
 //! use dsh_core::ContentBlock;
 //! use dsh_session::replay::rebuild;
-//! let call = |seq, id: &str| SessionEvent {
+//! let call = |seq, id: &str| SessionEvent { at: None,
 //!     seq,
 //!     step: 1,
 //!     body: EventBody::ToolCall(ToolCallData {
@@ -22,11 +22,11 @@
 //!         parent: None,
 //!     }),
 //! };
-//! let result = |seq, id: &str, call_seq| SessionEvent {
+//! let result = |seq, id: &str, call_seq| SessionEvent { at: None,
 //!     seq,
 //!     step: 1,
 //!     body: EventBody::result(
-//!         ToolResultData { call_id: id.into(), message: vec![ContentBlock::text(id)], error: None, meta: None },
+//!         ToolResultData { started_at: None, call_id: id.into(), message: vec![ContentBlock::text(id)], error: None, meta: None },
 //!         call_seq,
 //!     ),
 //! };

@@ -270,6 +270,7 @@ impl WriterState {
             let event = SessionEvent {
                 seq: first.saturating_add(events.len() as u64),
                 step: item.step,
+                at: Some(item.at),
                 body: item.body,
             };
             if let Err(e) = limits::admit(&event) {
@@ -389,7 +390,12 @@ impl Actor for SessionWriter {
         match msg {
             WriterMsg::Append { step, body, reply } => {
                 // Behind whatever the inbox already holds, like any other append.
-                if let Pushed::Closed(item) = state.inbox.push(Queued { step, body, reply }) {
+                if let Pushed::Closed(item) = state.inbox.push(Queued {
+                    step,
+                    at: dsh_core::event::now_ms(),
+                    body,
+                    reply,
+                }) {
                     let _ = item.reply.send(Err(SessionError::Closed));
                 }
                 state.drain().await;

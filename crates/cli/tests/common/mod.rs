@@ -161,3 +161,23 @@ pub fn message(calls: &[(&str, &str, Value)]) -> String {
         .collect();
     serde_json::json!({"role": "assistant", "content": content}).to_string()
 }
+
+/// A log's text with its times (SPEC.md's "Time": each event's `"at":N` and a result's
+/// `"startedAt":N`) taken out, to compare two runs byte for byte apart from times. A key
+/// inside a string is escaped (`\"at\"`), so only the events' own keys match.
+pub fn without_times(text: &str) -> String {
+    let mut out = text.to_string();
+    for key in [",\"at\":", ",\"startedAt\":"] {
+        let mut kept = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(i) = rest.find(key) {
+            kept.push_str(&rest[..i]);
+            let after = &rest[i + key.len()..];
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            rest = &after[digits..];
+        }
+        kept.push_str(rest);
+        out = kept;
+    }
+    out
+}

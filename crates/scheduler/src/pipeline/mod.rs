@@ -54,7 +54,7 @@ use dsh_guards::GuardSet;
 use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tracing::Instrument;
 use tracing::Span;
@@ -164,6 +164,9 @@ pub(crate) struct CallTrack {
     freezing: AtomicBool,
     finalize_started: AtomicBool,
     observed: AtomicBool,
+    /// When the body first started (ms since the Unix epoch; 0: never): the result's
+    /// `startedAt`.
+    started_at: AtomicU64,
     /// What the body published of its output so far (see `PartialOutput`).
     pub(crate) partial: PartialOutput,
 }
@@ -186,6 +189,18 @@ impl CallTrack {
 
     pub(crate) fn mark_body_started(&self) {
         self.body_started.store(true, Ordering::SeqCst);
+        // A retry runs the body again: the first start is when the call's body started.
+        let _ = self.started_at.compare_exchange(
+            0,
+            dsh_core::event::now_ms().max(1),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// When the body first started, if it did (the result's `startedAt`).
+    pub(crate) fn started_at(&self) -> Option<u64> {
+        Some(self.started_at.load(Ordering::SeqCst)).filter(|&ms| ms != 0)
     }
 
     pub(crate) fn body_started(&self) -> bool {

@@ -21,6 +21,7 @@ pub fn call_body(id: &str) -> EventBody {
 pub fn result_body(id: &str, call_seq: u64) -> EventBody {
     EventBody::result(
         ToolResultData {
+            started_at: None,
             call_id: id.into(),
             message: vec![ContentBlock::text(format!("done {id}"))],
             error: None,
@@ -33,6 +34,7 @@ pub fn result_body(id: &str, call_seq: u64) -> EventBody {
 pub fn error_result_body(id: &str, call_seq: u64, code: ErrorCode) -> EventBody {
     EventBody::result(
         ToolResultData {
+            started_at: None,
             call_id: id.into(),
             message: vec![ContentBlock::text("failed")],
             error: Some(ToolError::new(code, "failed")),
@@ -61,7 +63,12 @@ pub fn user_body(text: &str, origin: &str) -> EventBody {
 }
 
 pub fn ev(seq: u64, step: u64, body: EventBody) -> SessionEvent {
-    SessionEvent { seq, step, body }
+    SessionEvent {
+        at: None,
+        seq,
+        step,
+        body,
+    }
 }
 
 pub fn call(seq: u64, step: u64, id: &str) -> SessionEvent {
