@@ -118,15 +118,14 @@ fn a_folder_name_that_holds_a_line_break_stays_inside_its_line() {
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     let lines = closing_lines(&ran.stderr);
     assert_eq!(lines.len(), 5, "{lines:#?}");
-    let page = demo_dir.join("session.html");
-    assert_eq!(
-        lines[4],
-        format!(
-            "     The session at a glance, in a browser:   {}",
-            page.display()
-        )
+    assert!(
+        lines[4].starts_with("     The session at a glance, in a browser:   ")
+            && lines[4].contains("x\\u{a}dsh: demo done.")
+            && lines[4].ends_with("/session.html"),
+        "the page's path stays on its line, escaped: {:?}",
+        lines[4]
     );
-    assert!(page.is_file(), "the page the demo names exists");
+    assert!(demo_dir.join("session.html").is_file());
     assert!(lines[0].starts_with("dsh: demo done. The edited sample project: "));
     assert!(
         lines[0].contains("x\\u{a}dsh: demo done.") && lines[0].contains("\\u{1b}[2K"),
