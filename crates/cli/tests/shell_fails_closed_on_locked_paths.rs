@@ -23,6 +23,9 @@ fn chown_tree(path: &Path, uid: u32) {
 fn a_locked_folder_holding_a_protected_or_hidden_path_denies_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let ws = sample_workspace(dir.path());
+    // An earlier call's spill folder: dsh's own, read-only to commands (made only when a call
+    // spills, so the test makes it).
+    std::fs::create_dir_all(ws.join(".dsh/spill")).unwrap();
     std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
     std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
     std::fs::create_dir_all(ws.join("vault/secrets")).unwrap();
