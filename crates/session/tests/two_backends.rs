@@ -179,7 +179,10 @@ async fn open_calls_are_closed_as_aborted_in_their_own_step_and_both_stores_hold
     // The events appended after the reopen carry their time (SPEC's amendment "Time"), which
     // differs between the two runs: compare byte for byte apart from it.
     for lines in &stored {
-        assert!(lines[15..].iter().all(|l| l.contains(",\"at\":")), "{lines:?}");
+        assert!(
+            lines[15..].iter().all(|l| l.contains(",\"at\":")),
+            "{lines:?}"
+        );
     }
     let stored: Vec<Vec<String>> = stored
         .iter()
