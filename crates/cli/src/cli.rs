@@ -147,6 +147,9 @@ pub enum Command {
     /// leaves out.
     #[command(after_help = EXIT_CODES)]
     View(ViewArgs),
+    /// Operate a PostgreSQL store: `dsh store migrate` brings its schema up to date.
+    #[command(after_help = EXIT_CODES)]
+    Store(crate::fleet::StoreCommandArgs),
 }
 
 /// `dsh view`.
@@ -237,17 +240,14 @@ pub struct StoreArgs {
     /// any node reaching it can resume any session. Name the session with `--session`. A URL
     /// holding a password is seen by every local user in `ps`: give it with `--store-file`,
     /// `DSH_STORE_FILE` or `DSH_STORE` instead.
-    #[arg(
-        long,
-        value_name = "URL",
-        requires = "session",
-        conflicts_with = "store_file"
-    )]
+    /// With `serve --http`, no `--session`: the store of every client session (a node of a
+    /// fleet, see `--advertise`).
+    #[arg(long, value_name = "URL", conflicts_with = "store_file")]
     pub store: Option<String>,
     /// A file holding the store's URL (its first line), read in place of `--store`; also
     /// `DSH_STORE_FILE` naming the file, or `DSH_STORE` holding the URL. Neither variable is
     /// passed to anything dsh starts.
-    #[arg(long, value_name = "FILE", requires = "session")]
+    #[arg(long, value_name = "FILE")]
     pub store_file: Option<PathBuf>,
     /// The session's id in the store (1-128 of `[A-Za-z0-9_.-]`).
     #[arg(long, value_name = "ID")]
@@ -281,16 +281,18 @@ pub struct ServeArgs {
     pub workspace: PathBuf,
     /// The session log (JSON Lines); created if missing, recovered and continued if present.
     /// With `--http`, a folder (created if missing) holding one log per MCP client session,
-    /// `<session-id>.jsonl`.
+    /// `<session-id>.jsonl` (or, with `--store` and no `--session`, none: see `--advertise`).
     #[arg(
         long,
         value_name = "LOG",
-        required_unless_present = "session",
+        required_unless_present_any = ["session", "store", "store_file"],
         conflicts_with = "session"
     )]
     pub log: Option<PathBuf>,
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub fleet: crate::fleet::FleetArgs,
     /// Serve MCP's streamable HTTP transport on ADDR (`127.0.0.1:8080`; port 0 picks one; the
     /// URL is said on stderr) instead of stdio. Any address but the loopback needs a bearer
     /// token (`--token-file` or `DSH_SERVE_TOKEN`). Requests whose `Host` or `Origin` name

@@ -265,6 +265,39 @@ pub async fn start_many(
     })
 }
 
+/// [`start_many`] with `store` as the session store (`dsh serve --http --store`: a node of a
+/// fleet); `label` names it in messages and is what hooks get as `transcript_path`.
+pub async fn start_shared(
+    workspace: &Path,
+    store: &SessionStore,
+    label: &Path,
+    options: &PipelineOptions,
+    approval: Option<Arc<dyn ApprovalResponder>>,
+) -> Result<Serving, CliError> {
+    let Assembled {
+        harness,
+        parts,
+        hooks,
+        ..
+    } = assemble(
+        workspace,
+        Logs::Shared(store),
+        label,
+        options,
+        false,
+        approval,
+    )
+    .await?;
+    Ok(Serving {
+        harness,
+        scheduler: scheduler_config(options),
+        toolset: parts.toolset,
+        mcp: parts.mcp,
+        folder: label.to_path_buf(),
+        hooks,
+    })
+}
+
 /// A session's scheduler as the options ask (`--max-parallel`).
 fn scheduler_config(options: &PipelineOptions) -> SchedulerConfig {
     SchedulerConfig {
@@ -443,7 +476,7 @@ async fn open_logs(
                 .map_err(|e| CliError::io("make the log folder", folder, e))?;
             Ok(None)
         }
-        Logs::Judged => Ok(None),
+        Logs::Judged | Logs::Shared(_) => Ok(None),
     }
 }
 
@@ -490,6 +523,9 @@ async fn build_harness(
             root: folder.to_path_buf(),
             durability: plan.durability.into(),
         });
+    }
+    if let Logs::Shared(store) = plan.logs {
+        builder = builder.store(store.clone());
     }
     for file in &plan.own_files {
         builder = builder.protect(file);

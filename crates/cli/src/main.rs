@@ -9,6 +9,7 @@ mod approve;
 mod cli;
 mod demo;
 mod error;
+mod fleet;
 mod harness;
 mod output;
 mod outside_paths;
@@ -18,6 +19,7 @@ mod replay;
 mod run;
 mod serve;
 mod serve_refusal;
+mod serve_watchdog;
 mod shell_env;
 mod store;
 mod tools;
@@ -90,6 +92,7 @@ fn main() -> ExitCode {
         Command::Recover(args) => store::LogTarget::new(args.log.as_ref(), &args.store)
             .and_then(|log| replay::recover(&rt, &log)),
         Command::Serve(args) => serve::serve(&rt, &args),
+        Command::Store(args) => fleet::store_command(&rt, &args),
         Command::Export(args) => {
             store::store_url(&args.store).and_then(|url| store::export(&rt, &url, &args.session))
         }

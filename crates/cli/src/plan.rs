@@ -30,6 +30,9 @@ pub enum Logs<'a> {
     Folder(&'a Path),
     /// No log at all: the calls are judged, not run (`dsh run --dry-run`).
     Judged,
+    /// A store every node of a fleet shares, one session per client session, opened by id
+    /// later (`dsh serve --http --store`).
+    Shared(&'a dsh_scheduler::SessionStore),
 }
 
 /// The rules the calls are put to.
@@ -213,7 +216,7 @@ fn own_files(
     match plan.logs {
         Logs::One(target) => target.file().into_iter().for_each(&mut add),
         Logs::Folder(folder) => add(folder),
-        Logs::Judged => {}
+        Logs::Judged | Logs::Shared(_) => {}
     }
     [&options.policy, &options.hooks, &options.mcp]
         .into_iter()

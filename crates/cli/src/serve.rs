@@ -67,10 +67,20 @@ pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
         ));
         let received = Arc::new(AtomicI32::new(0));
         let flag = received.clone();
+        // A store session whose lease is lost (this process was paused past it, another node
+        // took the session over) stops serving: its calls are cancelled and their processes
+        // killed, so nothing of this owner runs on beside the new one.
+        let lease_lost = crate::serve_watchdog::LeaseLost::watch(
+            log.lease_lost(),
+            running.session.clone(),
+            running.hooks.clone(),
+        );
+        let lost = lease_lost.clone();
         let shutdown = async move {
             let first = tokio::select! {
                 _ = int.recv() => SIGINT,
                 _ = term.recv() => SIGTERM,
+                () = lost.stopped() => return,
             };
             flag.store(first, Ordering::SeqCst);
             // A second signal stops at once.
@@ -95,6 +105,12 @@ pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
         let signal = received.load(Ordering::SeqCst);
         if let Err(e) = served {
             note(format!("error: {e}"));
+        }
+        if let Some(why) = lease_lost.reason() {
+            return Err(CliError::log(
+                &log,
+                format!("{why}; its running calls were cancelled and killed, and serving stops"),
+            ));
         }
         let why = match signal {
             SIGINT => "SIGINT",
@@ -132,7 +148,7 @@ fn print_plan(args: &ServeArgs) -> Result<u8, CliError> {
 /// The bearer tokens of `--token-file` (one a line; blank lines and `#` comments skipped), or,
 /// without the file, `DSH_SERVE_TOKEN`: the file wins when given, so that a rotation (edit the
 /// file, SIGHUP) can retire every token.
-fn tokens(file: Option<&Path>) -> Result<Vec<String>, CliError> {
+pub(crate) fn tokens(file: Option<&Path>) -> Result<Vec<String>, CliError> {
     if let Some(file) = file {
         let text = std::fs::read_to_string(file)
             .map_err(|e| CliError::io("read the token file", file, e))?;
@@ -165,7 +181,7 @@ fn tokens(file: Option<&Path>) -> Result<Vec<String>, CliError> {
 
 /// On each SIGHUP, reads `file` again and makes its tokens the valid ones; a file that cannot
 /// be read or holds no token changes nothing (said on stderr).
-fn reload_tokens_on_sighup(file: &Path, guard: HttpGuard) -> Result<(), CliError> {
+pub(crate) fn reload_tokens_on_sighup(file: &Path, guard: HttpGuard) -> Result<(), CliError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup())
         .map_err(|e| CliError::Start(format!("cannot watch for SIGHUP: {e}")))?;
@@ -189,7 +205,7 @@ fn reload_tokens_on_sighup(file: &Path, guard: HttpGuard) -> Result<(), CliError
 }
 
 /// The bounds the flags give.
-fn limits(args: &crate::cli::ServeLimitArgs) -> ServeLimits {
+pub(crate) fn limits(args: &crate::cli::ServeLimitArgs) -> ServeLimits {
     ServeLimits {
         max_sessions: args.max_sessions.max(1),
         max_sessions_per_token: args.max_sessions_per_token.max(1),
@@ -217,6 +233,9 @@ fn private_folder(folder: &Path) -> Result<(), CliError> {
 /// `dsh serve --http ADDR`: serves until SIGTERM or SIGINT, then cancels the calls in flight
 /// (recorded as aborted) and closes every session's log. Exit 0.
 fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError> {
+    if args.store.store.is_some() || args.store.store_file.is_some() {
+        return crate::fleet::serve(rt, args, addr);
+    }
     let Some(folder) = args.log.as_ref() else {
         return Err(CliError::Usage(
             "--http needs --log DIR: the folder of the client sessions' logs".into(),

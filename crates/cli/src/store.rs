@@ -118,6 +118,9 @@ impl LogTarget {
                     watch: LeaseSignal::default(),
                 })
             }
+            (None, None) if store.store.is_some() || store.store_file.is_some() => Err(
+                CliError::Usage("--store names a store: name its session with --session ID".into()),
+            ),
             _ => Err(CliError::Usage(
                 "name a log file, or a session with --session ID and its store".into(),
             )),

@@ -50,7 +50,9 @@ pub enum SessionStore {
         /// `batch`: group commit; `always`: one transaction per append; `none`: asynchronous
         /// commit.
         durability: Durability,
-        /// The lease: its length, how long opening waits for it, and this node's name.
+        /// The lease: its length, how long opening waits for it, and this node's name. Its
+        /// `watch` is not used: each session is watched on its own, and a session whose lease
+        /// is lost has its calls cancelled.
         lease: dsh_session::postgres::LeaseOptions,
     },
 }
@@ -325,6 +327,33 @@ fn lock(table: &Mutex<Table>) -> MutexGuard<'_, Table> {
 /// True until the actor has begun to stop.
 fn alive(actor: &ActorRef<SchedulerMsg>) -> bool {
     actor.get_status() < ActorStatus::Stopping
+}
+
+/// Once the session's lease is lost (its owner was paused past it, or another node took the
+/// session over), cancels every call of the session: fencing keeps this node out of the log,
+/// and this stops its tools' side effects (a shell command's process group is killed with its
+/// call). Ends with the session.
+#[cfg(feature = "postgres")]
+fn cancel_when_lease_lost(actor: ActorRef<SchedulerMsg>, watch: dsh_session::postgres::LeaseWatch) {
+    tokio::spawn(async move {
+        let lost = watch.lost();
+        tokio::pin!(lost);
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                why = &mut lost => {
+                    tracing::error!(reason = %why, "the session's lease is lost: cancelling its calls");
+                    let _ = actor.send_message(SchedulerMsg::Cancel(CancelTarget::Session));
+                    return;
+                }
+                _ = ticker.tick() => {
+                    if !alive(&actor) {
+                        return;
+                    }
+                }
+            }
+        }
+    });
 }
 
 impl Table {
@@ -604,6 +633,8 @@ impl Harness {
         mut config: SchedulerConfig,
         supervisor: Option<ActorCell>,
     ) -> Result<OpenedSession, SchedulerError> {
+        #[cfg(feature = "postgres")]
+        let mut lost_lease = None;
         let (log, recovery) = match &self.store {
             SessionStore::Memory => (
                 SessionLog::memory().await.map_err(SchedulerError::Log)?,
@@ -625,9 +656,19 @@ impl Harness {
                 url,
                 durability,
                 lease,
-            } => SessionLog::open_postgres(url, id, *durability, lease.clone(), None)
-                .await
-                .map_err(SchedulerError::Log)?,
+            } => {
+                // Each session's lease is watched on its own: losing it stops that session's
+                // calls only.
+                let watch = dsh_session::postgres::LeaseWatch::default();
+                let lease = dsh_session::postgres::LeaseOptions {
+                    watch: watch.clone(),
+                    ..lease.clone()
+                };
+                lost_lease = Some(watch);
+                SessionLog::open_postgres(url, id, *durability, lease, None)
+                    .await
+                    .map_err(SchedulerError::Log)?
+            }
         };
         config.first_step = config.first_step.max(recovery.next_step);
         let session = match self
@@ -640,6 +681,10 @@ impl Harness {
                 return Err(e);
             }
         };
+        #[cfg(feature = "postgres")]
+        if let Some(watch) = lost_lease {
+            cancel_when_lease_lost(session.inner.actor.clone(), watch);
+        }
         Ok(OpenedSession { session, recovery })
     }
 

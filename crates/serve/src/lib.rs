@@ -38,6 +38,8 @@
 mod admission;
 mod approval;
 mod error;
+pub mod fleet;
+mod fleet_names;
 mod http;
 pub mod http_guard;
 mod limits;
@@ -48,6 +50,7 @@ mod tools;
 pub use admission::{MCP_PATH, SESSION_LIMIT_CODE};
 pub use approval::ElicitingApprover;
 pub use error::ServeError;
+pub use fleet::{FleetConfig, SESSION_BUSY_CODE, StateSecret, release_idle_sessions};
 pub use http::{serve_http, serve_http_bounded};
 pub use http_guard::{HttpGuard, SessionScope};
 pub use limits::{ServeLimits, SessionTable};

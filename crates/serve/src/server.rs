@@ -61,6 +61,10 @@ pub struct ServeConfig {
     pub progress_every: Duration,
     /// The agent the calls are recorded for (default `main`).
     pub agent: String,
+    /// A node of a fleet over one store (see [`crate::fleet`]): `requestState`s are signed
+    /// with the fleet's key, and a retry whose call does not wait here tries the session's
+    /// lease (busy: the node that holds it is named). `None`: a server of its own.
+    pub fleet: Option<crate::fleet::FleetConfig>,
 }
 
 impl Default for ServeConfig {
@@ -68,6 +72,7 @@ impl Default for ServeConfig {
         ServeConfig {
             progress_every: Duration::from_secs(2),
             agent: "main".into(),
+            fleet: None,
         }
     }
 }
@@ -336,6 +341,10 @@ impl DshServer {
             .filter(|t| t.output_schema.is_some())
             .map(|t| t.name.to_string())
             .collect();
+        let key = match &config.fleet {
+            Some(fleet) => StateKey::from_bytes(fleet.state_key.bytes()),
+            None => StateKey::random(),
+        };
         DshServer {
             inner: Arc::new(Inner {
                 source,
@@ -346,7 +355,7 @@ impl DshServer {
                 step: Mutex::new(Step::default()),
                 next_call,
                 call_prefix,
-                key: StateKey::random(),
+                key,
                 parked: Mutex::new(HashMap::new()),
                 stateless: None,
             }),
@@ -384,8 +393,14 @@ impl DshServer {
                             Some(id) => id.clone(),
                             // The log's name is not the `Mcp-Session-Id`: whoever can list
                             // the folder learns nothing that reaches the session.
+                            // A 2025-11-25 client that names its dsh session (`Dsh-Session`)
+                            // continues it on any node of a fleet; an unnamed one is its own.
                             None => match mcp_session_id(context) {
-                                Some(_) => private_log_id(),
+                                Some(_) => match crate::fleet_names::named(context) {
+                                    Ok(Some(id)) => id,
+                                    Ok(None) => private_log_id(),
+                                    Err(why) => return Err(SchedulerError::Unavailable(why)),
+                                },
                                 None => {
                                     return Err(SchedulerError::Unavailable(
                                         "the request names no MCP session (Mcp-Session-Id)".into(),
@@ -450,7 +465,12 @@ impl DshServer {
         }
         let (session, agent) = match self.open(&context).await {
             Ok(opened) => opened,
-            Err(e) => return Ok(failure(&e).into()),
+            Err(e) => {
+                if let Some(busy) = crate::fleet::busy(&e) {
+                    return Err(busy);
+                }
+                return Ok(failure(&e).into());
+            }
         };
         if !stateless {
             self.inner.approver.connect(&agent, context.peer.clone());
@@ -577,6 +597,13 @@ impl DshServer {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&call_id);
         let Some(parked) = parked else {
+            // In a fleet, the call may wait on the node holding the session: say which.
+            if self.inner.config.fleet.is_some()
+                && let Err(e) = self.open(&context).await
+                && let Some(busy) = crate::fleet::busy(&e)
+            {
+                return Err(busy);
+            }
             return Err(McpError::invalid_params(
                 format!(
                     "call {call_id} does not wait for an answer (it was answered already, or \

@@ -159,6 +159,11 @@ impl StateKey {
         StateKey(rand::random())
     }
 
+    /// The key of a fleet, shared by its nodes.
+    pub(crate) fn from_bytes(key: [u8; 32]) -> StateKey {
+        StateKey(key)
+    }
+
     /// HMAC-SHA256 over the length-prefixed fields: a domain label, the session, the call
     /// id, the tool, and the canonical JSON of the arguments.
     fn mac(
@@ -352,7 +357,9 @@ impl StatelessSessions {
             live.last_seen = Instant::now();
             return Ok(live.server.clone());
         }
-        if !create {
+        // A node of a fleet opens the session for a retry too: the call may wait on the node
+        // holding it, which the busy answer names.
+        if !create && self.config.fleet.is_none() {
             return Err(refuse(
                 "the requestState is not valid for this call and session (forged, altered, or \
                  made for another call or session)"

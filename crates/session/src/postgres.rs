@@ -86,6 +86,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
 ];
 
+/// The schema version this dsh writes and reads (the last migration's).
+pub const SCHEMA_VERSION: i32 = 2;
+const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
+
 /// An arbitrary constant: the advisory lock that serializes migrations across nodes.
 const MIGRATION_LOCK: i64 = 0x6473_685f_6d69_6772;
 
@@ -300,6 +304,22 @@ impl PgStore {
         asynchronous_commit: bool,
         round_trip: Duration,
     ) -> Result<PgStore, SessionError> {
+        let store = PgStore::pool(url, asynchronous_commit, round_trip)?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The pool of [`PgStore::connect_bounded`], its schema left as it is.
+    fn connect_unmigrated(url: &str, round_trip: Duration) -> Result<PgStore, SessionError> {
+        PgStore::pool(url, false, round_trip)
+    }
+
+    /// A pool of connections to `url`; nothing is connected yet.
+    fn pool(
+        url: &str,
+        asynchronous_commit: bool,
+        round_trip: Duration,
+    ) -> Result<PgStore, SessionError> {
         let url_shown: Arc<str> = shown_url(url).into();
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| SessionError::Io {
             context: format!("reading the database URL {url_shown}"),
@@ -332,13 +352,28 @@ impl PgStore {
                 context: format!("setting up connections to {url_shown}"),
                 message: e.to_string(),
             })?;
-        let store = PgStore {
+        Ok(PgStore {
             pool,
             url_shown,
             round_trip,
+        })
+    }
+
+    /// `dsh store migrate`: connects to the database at `url` and brings its schema up to
+    /// [`SCHEMA_VERSION`]; answers the version it was at before and the one it is at now.
+    /// Every other command migrates only a schema that is behind, so this is needed only to
+    /// migrate ahead of time: with a role that may `CREATE`, before nodes whose role has row
+    /// rights alone (which cannot migrate) start on a new or upgraded store.
+    pub async fn migrate_now(url: &str) -> Result<(i32, i32), SessionError> {
+        let store = PgStore::connect_unmigrated(url, ROUND_TRIP_RANGE.1)?;
+        let before = {
+            let client = store.client().await?;
+            store.schema_version(&client).await?
         };
         store.migrate().await?;
-        Ok(store)
+        let client = store.client().await?;
+        let after = store.schema_version(&client).await?;
+        Ok((before, after))
     }
 
     /// Runs `op` bounded by the round-trip limit: past it, the idle connections are dropped

@@ -81,6 +81,10 @@ fn log(plan: &Plan<'_>) -> String {
             path(folder)
         ),
         Logs::Judged => "none: the calls are judged, not run (--dry-run)".into(),
+        Logs::Shared(_) => format!(
+            "one session per client session in a PostgreSQL store shared by a fleet (under \
+             leases; {durability})"
+        ),
     }
 }
 
