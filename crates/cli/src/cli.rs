@@ -307,6 +307,7 @@ pub struct ServeArgs {
     pub token_file: Option<PathBuf>,
     /// With `--http`: a host name clients reach the server by (accepted in `Host` and
     /// `Origin`), besides `localhost`, loopback addresses and the address they connected to.
+    /// `NAME:PORT` (a load balancer's address, in front of a fleet) is accepted with that port.
     #[arg(long, value_name = "NAME", requires = "http")]
     pub allow_host: Vec<String>,
     /// Print what this command line means on stderr (the tools, the rules, the hooks, the MCP

@@ -186,6 +186,15 @@ impl HttpGuard {
     /// it is left out (80 for `Host` and `http://` origins, 443 for `https://`), must be the
     /// one the connection arrived at: `http://localhost` is not the origin of a server on 8765.
     fn host_allowed(&self, authority: &str, local: SocketAddr, default_port: u16) -> bool {
+        // A configured `name:port` (a load balancer's, in front of a fleet) is allowed as it
+        // is, whatever port this node listens on.
+        if authority.contains(':')
+            && self
+                .hosts
+                .contains(&authority.trim_end_matches('.').to_ascii_lowercase())
+        {
+            return true;
+        }
         let (host, port) = split_authority(authority);
         let port_ok = match port {
             Some(p) => p.parse::<u16>().is_ok_and(|p| p == local.port()),
@@ -384,6 +393,20 @@ mod tests {
             guard.check(&headers(&[("host", "10.9.9.9:443")]), public),
             Err(Refusal::Host)
         );
+        // A configured balancer `name:port` passes with its port only, whatever the node's.
+        let node: SocketAddr = "10.1.2.3:8080".parse().unwrap();
+        let guard = HttpGuard::new().allow_host("lb.example:443");
+        assert_eq!(
+            guard.check(&headers(&[("host", "lb.example:443")]), node),
+            Ok(())
+        );
+        for refused in ["lb.example:444", "lb.example", "lb.example:8080"] {
+            assert_eq!(
+                guard.check(&headers(&[("host", refused)]), node),
+                Err(Refusal::Host),
+                "{refused}"
+            );
+        }
     }
 
     #[test]

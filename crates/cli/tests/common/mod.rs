@@ -134,6 +134,7 @@ pub fn log_events(log: &Path) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+pub mod fleet;
 pub mod pg;
 pub mod procs;
 pub mod serve;

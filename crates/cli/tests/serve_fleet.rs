@@ -1,0 +1,309 @@
+//! A fleet: two `dsh serve --http --store` nodes on one PostgreSQL, behind Debian's nginx
+//! (started by `scripts/nginx.sh`), any node serving any named session.
+//!
+//! - Round-robin: read → edit → shell across requests landing on both nodes; read-before-edit
+//!   holds across nodes (an edit without a read is denied whichever node serves it); the steps
+//!   are numbered as one session; `dsh check` passes on the exported session.
+//! - Hashing on `Dsh-Session`: a session sticks to one node.
+//! - kill -9 of a node mid-call: the session continues on the other after the lease; the
+//!   killed call is closed (it may have finished); nothing acknowledged is lost.
+//! - Two clients racing on one session through different nodes: serialised by the lease, none
+//!   lost or duplicated.
+//! - A stateless-era `ask` issued on node A and answered through node B: B names A (the call
+//!   waits there), the answer sent there runs the call once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::fleet::*;
+use common::procs::signal;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The pause that lets a session go idle on its node (released after 100 ms).
+const IDLE: Duration = Duration::from_millis(400);
+
+/// The steps of the log's `tool/call`s, in order.
+fn call_steps(events: &[Value]) -> Vec<u64> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool/call")
+        .map(|e| e["step"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn read_edit_and_shell_across_two_nodes_behind_round_robin_nginx() {
+    let port = free_port();
+    let fleet = Fleet::behind(2, port);
+    let nginx = Nginx::start(port, &fleet.addrs(), Balance::RoundRobin);
+    let name = session_name("rr");
+
+    // Without a read, an edit is denied on either node (two requests: round-robin gives one
+    // to each).
+    for _ in 0..2 {
+        let denied = call_retrying(
+            &nginx.addr,
+            &name,
+            "edit_file",
+            json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"}),
+        );
+        assert!(is_error(&denied), "{denied}");
+        assert!(text(&denied).contains("has not been read"), "{denied}");
+        std::thread::sleep(IDLE);
+    }
+    let read = call_retrying(
+        &nginx.addr,
+        &name,
+        "read_file",
+        json!({"path": "notes.txt"}),
+    );
+    assert!(!is_error(&read) && text(&read).contains("hello"), "{read}");
+    std::thread::sleep(IDLE);
+    let edit = call_retrying(
+        &nginx.addr,
+        &name,
+        "edit_file",
+        json!({"path": "notes.txt", "old_string": "hello", "new_string": "bye"}),
+    );
+    assert!(!is_error(&edit), "{edit}");
+    std::thread::sleep(IDLE);
+    let shell = call_retrying(
+        &nginx.addr,
+        &name,
+        "shell",
+        json!({"command": "cat notes.txt"}),
+    );
+    assert!(text(&shell).contains("bye"), "{shell}");
+    std::thread::sleep(IDLE);
+    // Another session never read the file: denied, whichever node serves it.
+    let other = session_name("rr-other");
+    for _ in 0..2 {
+        let denied = call_retrying(
+            &nginx.addr,
+            &other,
+            "edit_file",
+            json!({"path": "notes.txt", "old_string": "bye", "new_string": "x"}),
+        );
+        assert!(text(&denied).contains("has not been read"), "{denied}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(fleet.ws.join("notes.txt")).unwrap(),
+        "bye\n"
+    );
+
+    let id = session_id(&name);
+    let events = fleet.export(&id);
+    let ids = call_ids(&events);
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    let runs: BTreeSet<String> = ids.iter().map(|i| run_of(i)).collect();
+    assert_eq!(
+        runs.len(),
+        2,
+        "the calls did not land on both nodes: {ids:?}"
+    );
+    // One session: its steps run 1, 2, 3, … whichever node took each.
+    let steps = call_steps(&events);
+    assert_eq!(steps, (1..=5).collect::<Vec<u64>>(), "{steps:?}");
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn hashing_on_the_session_header_keeps_a_session_on_one_node() {
+    let port = free_port();
+    let fleet = Fleet::behind(2, port);
+    let nginx = Nginx::start(port, &fleet.addrs(), Balance::HashOnSession);
+    let name = session_name("hash");
+    let read = call_retrying(
+        &nginx.addr,
+        &name,
+        "read_file",
+        json!({"path": "notes.txt"}),
+    );
+    assert!(!is_error(&read), "{read}");
+    for i in 0..4 {
+        std::thread::sleep(IDLE);
+        let shell = call_retrying(
+            &nginx.addr,
+            &name,
+            "shell",
+            json!({"command": format!("echo {i}")}),
+        );
+        assert!(!is_error(&shell), "{shell}");
+    }
+    let id = session_id(&name);
+    let ids = call_ids(&fleet.export(&id));
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    let runs: BTreeSet<String> = ids.iter().map(|i| run_of(i)).collect();
+    assert_eq!(runs.len(), 1, "the session moved between nodes: {ids:?}");
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn a_node_killed_mid_call_leaves_the_session_to_the_other_after_the_lease() {
+    let mut fleet = Fleet::start(2);
+    let addrs = fleet.addrs();
+    let name = session_name("kill");
+    let id = session_id(&name);
+    let read = call_retrying(&addrs[0], &name, "read_file", json!({"path": "notes.txt"}));
+    assert!(!is_error(&read), "{read}");
+    let acknowledged = fleet.export(&id);
+    assert!(!acknowledged.is_empty());
+
+    // A long call on node 0, which is killed while it runs.
+    let first = addrs[0].clone();
+    let slow_name = name.clone();
+    let slow = std::thread::spawn(move || {
+        let _ = std::panic::catch_unwind(|| {
+            call(
+                &first,
+                &slow_name,
+                "shell",
+                json!({"command": "sleep 20; echo late > late.txt"}),
+                json!({}),
+            )
+        });
+    });
+    let started = std::time::Instant::now();
+    while fleet.export(&id).len() <= acknowledged.len() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no call began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    signal(fleet.nodes[0].pid(), "-KILL");
+    let _ = slow.join();
+
+    // Node 1 takes the session once the lease runs out (retried while busy), closes the
+    // killed call, and runs the client's next call; the read made on node 0 still counts.
+    let edit = call_retrying(
+        &addrs[1],
+        &name,
+        "edit_file",
+        json!({"path": "notes.txt", "old_string": "hello", "new_string": "after"}),
+    );
+    assert!(!is_error(&edit), "{edit}");
+    let events = fleet.export(&id);
+    // Nothing acknowledged is lost.
+    assert_eq!(&events[..acknowledged.len()], &acknowledged[..]);
+    let ids = call_ids(&events);
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    let killed = &ids[1];
+    let closed = events
+        .iter()
+        .find(|e| e["type"] == "tool/result" && e["data"]["callId"] == killed.as_str())
+        .unwrap_or_else(|| panic!("the killed call {killed} is not closed: {events:?}"));
+    let said = closed["data"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.contains("may have finished"), "{closed}");
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+    drop(fleet.nodes.remove(0));
+}
+
+#[test]
+fn two_clients_racing_on_one_session_through_two_nodes_are_serialised() {
+    let fleet = Fleet::start(2);
+    let addrs = fleet.addrs();
+    let name = session_name("race");
+    let workers: Vec<_> = addrs
+        .iter()
+        .enumerate()
+        .map(|(n, addr)| {
+            let (addr, name) = (addr.clone(), name.clone());
+            std::thread::spawn(move || {
+                for i in 0..8 {
+                    let answer = call_retrying(
+                        &addr,
+                        &name,
+                        "shell",
+                        json!({"command": format!("echo c{n}-{i} >> race.txt")}),
+                    );
+                    assert!(!is_error(&answer), "{answer}");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let lines: Vec<String> = std::fs::read_to_string(fleet.ws.join("race.txt"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let distinct: BTreeSet<&String> = lines.iter().collect();
+    assert_eq!(lines.len(), 16, "{lines:?}");
+    assert_eq!(distinct.len(), 16, "{lines:?}");
+    let id = session_id(&name);
+    let events = fleet.export(&id);
+    let ids = call_ids(&events);
+    assert_eq!(ids.len(), 16, "{ids:?}");
+    assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), 16);
+    let results = events.iter().filter(|e| e["type"] == "tool/result").count();
+    assert_eq!(results, 16);
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn a_stateless_ask_answered_through_the_other_node_runs_once_on_its_own() {
+    let fleet = Fleet::start(2);
+    let addrs = fleet.addrs();
+    let name = session_name("ask");
+    let args = json!({"path": "ask-a.txt", "content": "yes"});
+    let asked = call(&addrs[0], &name, "write_file", args.clone(), json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let answer = json!({
+        "requestState": state,
+        "inputResponses": {"approval": {"action": "accept"}},
+    });
+
+    // Through node 1: the state verifies there (the fleet's key), and the answer names the
+    // node the call waits on.
+    let elsewhere = call(&addrs[1], &name, "write_file", args.clone(), answer.clone());
+    assert_eq!(elsewhere["error"]["code"], -32002, "{elsewhere}");
+    assert_eq!(elsewhere["error"]["data"]["owner"], addrs[0], "{elsewhere}");
+    assert!(!fleet.ws.join("ask-a.txt").exists());
+    // A forged state is refused there as it is anywhere.
+    let forged = call(
+        &addrs[1],
+        &name,
+        "write_file",
+        args.clone(),
+        json!({"requestState": format!("{state}0"), "inputResponses": {"approval": {"action": "accept"}}}),
+    );
+    assert!(forged.get("error").is_some(), "{forged}");
+    assert_ne!(forged["error"]["code"], -32002, "{forged}");
+
+    // At the owner it names, the answer runs the call, once.
+    let owner = elsewhere["error"]["data"]["owner"].as_str().unwrap();
+    let done = call(owner, &name, "write_file", args.clone(), answer.clone());
+    assert!(!is_error(&done), "{done}");
+    assert_eq!(
+        std::fs::read_to_string(fleet.ws.join("ask-a.txt")).unwrap(),
+        "yes"
+    );
+    std::thread::sleep(IDLE);
+    for addr in &addrs {
+        let again = call(addr, &name, "write_file", args.clone(), answer.clone());
+        assert!(again.get("error").is_some(), "{again}");
+    }
+    let id = session_id(&name);
+    let events = fleet.export(&id);
+    assert_eq!(call_ids(&events).len(), 1);
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool/result")
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+}
