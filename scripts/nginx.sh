@@ -7,6 +7,8 @@
 #                                                   body of an `http { }` block (upstreams and
 #                                                   servers); print its master's pid
 #   scripts/nginx.sh stop DIR                       stop it
+#   scripts/nginx.sh install                        install nginx when missing (CI, before the
+#                                                   tests start several at once)
 #
 # CONF's paths are its own business; logs and temporary files go to DIR. With `--watch PID`
 # nginx stops by itself once process PID exits, so an nginx a test starts never outlives it.
@@ -42,7 +44,8 @@ as_user() {
 }
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: $0 start DIR CONF [--watch PID] | stop DIR"
+if [ "$cmd" = install ]; then nginx_bin >/dev/null; exit 0; fi
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: $0 start DIR CONF [--watch PID] | stop DIR | install"
 
 case "$cmd" in
   start)

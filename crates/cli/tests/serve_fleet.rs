@@ -307,3 +307,47 @@ fn a_stateless_ask_answered_through_the_other_node_runs_once_on_its_own() {
     let (code, stderr) = fleet.check(&id);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// The official Python SDK (`mcp`, `Client(mode="2026-07-28")`, installed by
+/// `scripts/mcp-sdks.sh`) through round-robin nginx: `tests/sdk/client_fleet.py` reads, edits
+/// and runs a shell command in one session across both nodes; another session's edit without a
+/// read is refused.
+#[test]
+fn the_python_sdk_through_round_robin_nginx() {
+    let python = common::serve::sdks().python;
+    let port = free_port();
+    let fleet = Fleet::behind(2, port);
+    let nginx = Nginx::start(port, &fleet.addrs(), Balance::RoundRobin);
+    let (name, other) = (session_name("py"), session_name("py-other"));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/client_fleet.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(format!("http://{}/mcp", nginx.addr))
+        .arg(&fleet.ws)
+        .arg(&name)
+        .arg(&other)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the client starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("OK"),
+        "{python} {}: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        script.display(),
+        out.status
+    );
+    let id = session_id(&name);
+    let events = fleet.export(&id);
+    let ids = call_ids(&events);
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    let runs: BTreeSet<String> = ids.iter().map(|i| run_of(i)).collect();
+    assert_eq!(
+        runs.len(),
+        2,
+        "the calls did not land on both nodes: {ids:?}"
+    );
+    assert_eq!(call_steps(&events), vec![1, 2, 3]);
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -241,6 +241,9 @@ impl Nginx {
         std::fs::create_dir_all(&dir).unwrap();
         let conf = dir.join("upstreams.conf");
         std::fs::write(&conf, nginx_config(port, nodes, balance)).unwrap();
+        // One at a time: the first may install nginx, and apt-get runs alone.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         let out = Command::new("bash")
             .arg(repo().join("scripts/nginx.sh"))
             .arg("start")
