@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
 mod code_bench;
+mod fleet_bench;
 mod fs_bench;
 mod pg_bench;
 mod pipeline_bench;
@@ -25,7 +26,7 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 9] = [
+    let lists: [&'static [Bench]; 10] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
@@ -33,6 +34,7 @@ fn benches() -> Vec<&'static Bench> {
         shell_bench::BENCHES,
         pg_bench::BENCHES,
         serve_bench::BENCHES,
+        fleet_bench::BENCHES,
         stream_bench::BENCHES,
         view_bench::BENCHES,
     ];

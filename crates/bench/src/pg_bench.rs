@@ -47,7 +47,7 @@ pub const BENCHES: &[Bench] = &[
 const CHILD_ENV: &str = "DSH_BENCH_PG_OLD_OWNER";
 
 /// The bench's own cluster, started once.
-fn url() -> String {
+pub(crate) fn url() -> String {
     static URL: OnceLock<String> = OnceLock::new();
     URL.get_or_init(|| {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh");

@@ -78,7 +78,7 @@ pub fn mcp_test_server_if_requested() {
 }
 
 /// Sleeps `ms` (0: returns at once); parallel-safe.
-struct Sleep;
+pub(crate) struct Sleep;
 
 #[async_trait]
 impl ToolDefinition for Sleep {
@@ -106,7 +106,7 @@ impl ToolDefinition for Sleep {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
