@@ -68,6 +68,7 @@ mod book {
         Design: "design.md",
         ServeLimits: "serve-limits.md",
         PostgresInPractice: "postgres.md",
+        Fleet: "fleet.md",
         View: "view.md",
         ShellSandboxHardening: "shell-sandbox-hardening.md",
         Frameworks: "frameworks/README.md",

@@ -118,7 +118,9 @@ pub enum Command {
     ///
     /// With `--http ADDR` it serves MCP's streamable HTTP transport instead, to any number of
     /// clients: each client session gets its own log in the `--log` folder (read-before-edit
-    /// and steps are per session), and it stops on SIGTERM or SIGINT only.
+    /// and steps are per session), and it stops on SIGTERM or SIGINT only. With `--store` in
+    /// place of `--log` (no `--session`), every session lives in the PostgreSQL store and this
+    /// is a node of a fleet: see `--advertise` and the book's "A fleet of servers".
     #[command(after_help = EXIT_CODES)]
     Serve(ServeArgs),
     /// Run a bundled example transcript on a fresh copy of a small sample project.
