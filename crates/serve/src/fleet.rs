@@ -9,7 +9,7 @@
 //!   and its lease given back, so its next request may land on any node.
 //! - A request for a session whose lease another live node holds waits for it a bounded time
 //!   (the lease's `wait`), then is answered with the retryable JSON-RPC error
-//!   [`SESSION_BUSY_CODE`], whose `data` names the owner ([`busy`]).
+//!   [`SESSION_BUSY_CODE`], whose `data` names the owner.
 //! - The `requestState` of an `ask` is signed with a key the fleet shares
 //!   ([`StateSecret`]), so that any node verifies it; the call it answers still waits on the
 //!   node that asked (which holds the session's lease meanwhile), and another node answers
