@@ -131,6 +131,13 @@ pub fn serve(rt: &Runtime, args: &ServeArgs) -> Result<u8, CliError> {
 
 /// `dsh serve --print-plan`: what the command line means, on stderr; nothing starts.
 fn print_plan(args: &ServeArgs) -> Result<u8, CliError> {
+    if args.http.is_some() && (args.store.store.is_some() || args.store.store_file.is_some()) {
+        // A node of a fleet: the plan says where sessions live, and connects to nothing.
+        let store = dsh_scheduler::SessionStore::Memory;
+        let label = Path::new("the store");
+        let logs = harness::Logs::Shared(&store);
+        return harness::print_plan(&args.workspace, logs, label, &args.options, "serve --http");
+    }
     if args.http.is_some() {
         let folder = args.log.as_deref().ok_or_else(|| {
             CliError::Usage(

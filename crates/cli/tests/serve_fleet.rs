@@ -351,3 +351,27 @@ fn the_python_sdk_through_round_robin_nginx() {
     let (code, stderr) = fleet.check(&id);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// `--print-plan` of a node says where its sessions live and connects to nothing (the store
+/// named here does not exist).
+#[test]
+fn a_nodes_plan_names_the_shared_store_and_connects_to_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::dsh(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--store",
+        "postgres://dsh:Sup3rSECRETpw@127.0.0.1:1/none",
+        "--workspace",
+        dir.path().to_str().unwrap(),
+        "--print-plan",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("PostgreSQL store shared by a fleet"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("Sup3rSECRETpw"), "{}", out.stderr);
+}
