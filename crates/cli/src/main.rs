@@ -19,6 +19,7 @@ mod run;
 mod serve;
 mod serve_refusal;
 mod shell_env;
+mod shell_limits;
 mod store;
 mod tools;
 mod view;

@@ -130,7 +130,8 @@ impl SandboxConfig {
     }
 }
 
-/// Deadlines and output caps.
+/// Deadlines, output caps, and what a call may consume (see the book's chapter "The shell
+/// sandbox" for which mechanism holds each limit).
 #[derive(Debug, Clone)]
 pub struct ShellLimits {
     /// A call without `timeout_ms` gets this (120 s).
@@ -152,6 +153,21 @@ pub struct ShellLimits {
     pub max_spill_bytes: u64,
     /// Spill files of the last this-many spilling calls are kept (20).
     pub keep_spilled_calls: usize,
+    /// Memory of the whole call (a cgroup where dsh can make one, else `RLIMIT_AS` per
+    /// process): 4 GiB. `None`: unbounded.
+    pub memory_bytes: Option<u64>,
+    /// Processes of the call (a cgroup's `pids.max`, else `RLIMIT_NPROC` in the call's user
+    /// namespace): 1,024.
+    pub processes: Option<u64>,
+    /// CPU seconds of each process (`RLIMIT_CPU`; SIGXCPU past it): 600.
+    pub cpu_seconds: Option<u64>,
+    /// Size of each file a process writes (`RLIMIT_FSIZE`; SIGXFSZ past it): 4 GiB. The total
+    /// written into the workspace is not bounded.
+    pub file_size_bytes: Option<u64>,
+    /// Open files of each process (`RLIMIT_NOFILE`): 4,096.
+    pub open_files: Option<u64>,
+    /// Size of the call's private temp folder (a tmpfs, in the sandboxed modes): 256 MiB.
+    pub tmp_bytes: u64,
 }
 
 impl Default for ShellLimits {
@@ -166,6 +182,12 @@ impl Default for ShellLimits {
             show_tail: 24 * 1024,
             max_spill_bytes: 64 * 1024 * 1024,
             keep_spilled_calls: 20,
+            memory_bytes: Some(4 << 30),
+            processes: Some(1024),
+            cpu_seconds: Some(600),
+            file_size_bytes: Some(4 << 30),
+            open_files: Some(4096),
+            tmp_bytes: 256 << 20,
         }
     }
 }

@@ -4,6 +4,7 @@ use crate::capture::Capture;
 use crate::config::{SandboxMode, ShellConfig};
 use crate::env;
 use crate::error::ShellError;
+use crate::limits::CallLimits;
 use crate::parse;
 use crate::process::plan::{ChildPlan, Stage};
 use crate::process::{self, Ending, Launch, LaunchError};
@@ -23,6 +24,10 @@ use tokio::time::Instant;
 /// The tool's name.
 pub const SHELL: &str = "shell";
 
+/// What keeps a sandboxed command from Unix sockets outside (the result's meta says it).
+const UNIX_SOCKETS: &str = "no new AF_UNIX socket (seccomp; socketpair works): this kernel's \
+Landlock has no right for connecting to socket files";
+
 /// How long output pipes are drained after the tree is gone (only a process that escaped the
 /// tree could still hold them open).
 const DRAIN: Duration = Duration::from_millis(500);
@@ -31,8 +36,9 @@ const DESCRIPTION: &str = "Runs a bash command in the workspace and returns its 
 stdout and stderr. stdin is empty; there is no terminal. Long output is shown head and tail; \
 the whole of it is saved to a file you can read with read_file. The command runs in a sandbox: \
 it may write only inside the workspace and $TMPDIR (the .git folder stays \
-read-only) and has no network unless the user allowed it; a refused write or connect fails \
-like any error (EACCES, EPERM, EROFS). Everything the command starts is killed when it \
+read-only), cannot create Unix sockets, has no network unless the user allowed it, and is \
+bounded in memory, processes, CPU time, file size and open files; a refused write or connect \
+fails like any error (EACCES, EPERM, EROFS). Everything the command starts is killed when it \
 exits or times out: do not start servers or background jobs meant to outlive the call. \
 Default timeout 120000 ms, at most 600000.";
 
@@ -410,6 +416,8 @@ impl ShellTool {
                 c(command.as_bytes(), "command")?,
             ],
             envp,
+            rlimits: Vec::new(),
+            cgroup_procs: Vec::new(),
             dsh_blocks: crate::process::plan::own_argument_blocks(),
         };
         Ok(Launch {
@@ -557,12 +565,17 @@ impl ToolDefinition for ShellTool {
             &self.workspace,
             &self.protected(),
             &private,
+            limits.tmp_bytes,
         )
         .map_err(|why| self.denied(why))?;
-        let launch = self.plan(&command, &workdir, &private, prepared)?;
-        let mut running = process::launch(launch, limits.kill_grace)
-            .await
-            .map_err(|e| self.launch_failure(e))?;
+        let mut bounds =
+            CallLimits::prepare(limits, prepared.sandboxed).map_err(|why| self.denied(why))?;
+        let mut launch = self.plan(&command, &workdir, &private, prepared)?;
+        launch.plan.rlimits = bounds.rlimits.clone();
+        launch.plan.cgroup_procs = bounds.procs_fds();
+        let launched = process::launch(launch, limits.kill_grace).await;
+        bounds.forked();
+        let mut running = launched.map_err(|e| self.launch_failure(e))?;
 
         let stdout = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
         let stderr = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
@@ -638,6 +651,26 @@ impl ToolDefinition for ShellTool {
             spill: spilled,
             notes: Vec::new(),
         };
+        let outcome = bounds.outcome(
+            ending
+                .status
+                .filter(|s| libc::WIFSIGNALED(*s))
+                .map(|s| libc::WTERMSIG(s)),
+            report.exit_code,
+            &format!("{}\n{}", report.stderr.0, report.stdout.0),
+        );
+        if !outcome.hit.is_empty() {
+            report.notes.push(format!(
+                "the command hit the call's limit on {} and was stopped there",
+                outcome.hit.join(", ")
+            ));
+        }
+        if !outcome.maybe.is_empty() {
+            report.notes.push(format!(
+                "the command may have hit the call's limit on {} (the mechanism cannot tell)",
+                outcome.maybe.join(", ")
+            ));
+        }
         let fallback = running.fallback;
         if fallback.is_some() && self.config.sandbox.mode != SandboxMode::Full {
             report.notes.push(
@@ -672,9 +705,18 @@ impl ToolDefinition for ShellTool {
                 .notes
                 .push("processes the command left running were killed when it exited".into());
         }
-        let meta = self.meta(&ending, fallback, started.elapsed(), refused);
+        let mut meta = self.meta(&ending, fallback, started.elapsed(), refused);
+        meta.insert("limits".into(), bounds.meta());
+        if !outcome.hit.is_empty() {
+            meta.insert("limitHit".into(), json!(outcome.hit));
+        }
+        if !outcome.maybe.is_empty() {
+            meta.insert("limitMayHaveHit".into(), json!(outcome.maybe));
+        }
+        if self.config.sandbox.mode != SandboxMode::Full {
+            meta.insert("unixSockets".into(), json!(UNIX_SOCKETS));
+        }
         let value = report.value(&self.workspace);
-        let mut meta = meta;
         meta.insert("exitCode".into(), value["exitCode"].clone());
         meta.insert("signal".into(), value["signal"].clone());
         meta.insert("stdoutBytes".into(), value["stdoutBytes"].clone());
