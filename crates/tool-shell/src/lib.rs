@@ -54,6 +54,7 @@ mod capture;
 mod config;
 mod env;
 mod error;
+mod git_dirs;
 mod limits;
 mod parse;
 mod process;

@@ -4,6 +4,7 @@ use crate::capture::Capture;
 use crate::config::{SandboxMode, ShellConfig};
 use crate::env;
 use crate::error::ShellError;
+use crate::git_dirs;
 use crate::limits::CallLimits;
 use crate::parse;
 use crate::process::plan::{ChildPlan, Stage};
@@ -352,13 +353,35 @@ impl ShellTool {
             .max(Duration::from_millis(1))
     }
 
-    /// The paths the tool itself keeps read-only to commands.
-    fn protected(&self) -> Vec<PathBuf> {
+    /// The paths the tool itself keeps read-only to commands, and the `.git` entries found
+    /// (the spill folder; in `workspace-write`, every git control entry of the workspace, by
+    /// a walk at each call). An `Err` (a folder the walk cannot list) denies the call.
+    fn protected(&self) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
         let mut paths = vec![self.spill.path().to_path_buf()];
+        let mut found = Vec::new();
         if self.config.sandbox.mode == SandboxMode::WorkspaceWrite {
-            paths.extend(git_control_paths(&self.workspace));
+            found = git_dirs::find(&self.workspace, git_dirs::MAX_ENTRIES)?;
+            // The workspace's own, even where the walk found none (a `.git` made by a racing
+            // command is still covered if it exists when the mounts are made).
+            paths.extend(git_dirs::control_paths(&self.workspace.join(".git")));
+            for dot_git in &found {
+                paths.extend(git_dirs::control_paths(dot_git));
+            }
         }
-        paths
+        Ok((paths, found))
+    }
+
+    /// The `.git` entries that appeared during a `workspace-write` call (relative paths).
+    fn new_git_entries(&self, before: &[PathBuf]) -> Result<Vec<String>, String> {
+        if self.config.sandbox.mode != SandboxMode::WorkspaceWrite {
+            return Ok(Vec::new());
+        }
+        let after = git_dirs::find(&self.workspace, git_dirs::MAX_ENTRIES)?;
+        Ok(after
+            .iter()
+            .filter(|p| !before.contains(p))
+            .map(|p| show_path(&self.workspace, p))
+            .collect())
     }
 
     fn plan(
@@ -560,10 +583,11 @@ impl ToolDefinition for ShellTool {
         let limits = &self.config.limits;
         let private = PrivateDir::new()
             .map_err(|e| ToolFailure::new(format!("no private temp folder: {e}")))?;
+        let (protected, git_before) = self.protected().map_err(|why| self.denied(why))?;
         let prepared = sandbox::prepare(
             &self.config.sandbox,
             &self.workspace,
-            &self.protected(),
+            &protected,
             &private,
             limits.tmp_bytes,
         )
@@ -671,6 +695,18 @@ impl ToolDefinition for ShellTool {
                 outcome.maybe.join(", ")
             ));
         }
+        let new_git = self.new_git_entries(&git_before);
+        match &new_git {
+            Ok(new) if !new.is_empty() => report.notes.push(format!(
+                "the command made git repositories ({}): do not run git there outside the \
+                 sandbox before checking their config and hooks",
+                new.join(", ")
+            )),
+            Ok(_) => {}
+            Err(why) => report.notes.push(format!(
+                "the workspace could not be checked for git repositories the command made: {why}"
+            )),
+        }
         let fallback = running.fallback;
         if fallback.is_some() && self.config.sandbox.mode != SandboxMode::Full {
             report.notes.push(
@@ -707,6 +743,11 @@ impl ToolDefinition for ShellTool {
         }
         let mut meta = self.meta(&ending, fallback, started.elapsed(), refused);
         meta.insert("limits".into(), bounds.meta());
+        if let Ok(new) = &new_git
+            && !new.is_empty()
+        {
+            meta.insert("newGitEntries".into(), json!(new));
+        }
         if !outcome.hit.is_empty() {
             meta.insert("limitHit".into(), json!(outcome.hit));
         }
@@ -765,28 +806,6 @@ impl ToolDefinition for ShellTool {
     fn result_meta(&self, value: &Value) -> Option<Map<String, Value>> {
         value.get("meta").and_then(Value::as_object).cloned()
     }
-}
-
-/// The git control paths of the workspace's repository, read-only to every command: a command
-/// that could write `.git` could make the user's next `git status` run its code (hooks,
-/// `core.fsmonitor` in `config`, `commondir` or `alternates` pointing at a planted copy,
-/// submodules' `modules/*/config`, worktrees). So the whole `.git` folder is protected, and
-/// where `.git` is a `gitdir:` file (a worktree, a submodule), that file and its target too.
-fn git_control_paths(workspace: &Path) -> Vec<PathBuf> {
-    let dot_git = workspace.join(".git");
-    let mut paths = vec![dot_git.clone()];
-    if dot_git.is_file()
-        && let Ok(text) = std::fs::read_to_string(&dot_git)
-        && let Some(target) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
-    {
-        let target = Path::new(target.trim());
-        paths.push(if target.is_absolute() {
-            target.to_path_buf()
-        } else {
-            workspace.join(target)
-        });
-    }
-    paths
 }
 
 #[cfg(test)]
