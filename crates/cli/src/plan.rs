@@ -271,6 +271,7 @@ fn sandbox(plan: &Plan<'_>, options: &PipelineOptions) -> Result<SandboxConfig, 
         for path in crate::outside_paths::hidden(&plan.root, &rules.merged)? {
             sandbox = sandbox.hidden_path(path);
         }
+        sandbox = sandbox.with_path_rules(crate::policy_paths::classifier(rules.merged.clone()));
     }
     Ok(sandbox)
 }

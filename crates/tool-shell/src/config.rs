@@ -43,6 +43,29 @@ impl FromStr for SandboxMode {
     }
 }
 
+/// What a path rule makes of a workspace path, for the shell's sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathClass {
+    /// Nothing: the mode decides.
+    Open,
+    /// The command may read it, never write it (a read-only mount).
+    ReadOnly,
+    /// The command may neither read nor write it (covered by an empty stand-in).
+    Hidden,
+}
+
+/// The policy's path rules, asked about every entry of the workspace at each call (a walk
+/// that stops at a classified folder): what a rule hides is hidden whenever the file appeared,
+/// a `.env` made during a long session included.
+#[derive(Clone)]
+pub struct PathRules(pub std::sync::Arc<dyn Fn(&std::path::Path) -> PathClass + Send + Sync>);
+
+impl std::fmt::Debug for PathRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PathRules(..)")
+    }
+}
+
 /// The OS sandbox of every command (Linux: user, mount, PID and network namespaces, Landlock,
 /// seccomp). The policy reaches the shell through it: whoever builds the tool passes
 ///
@@ -75,6 +98,8 @@ pub struct SandboxConfig {
     pub read_only_paths: Vec<PathBuf>,
     /// Paths the command may neither read nor write.
     pub hidden_paths: Vec<PathBuf>,
+    /// Rules asked about every workspace entry at each call (see [`PathRules`]).
+    pub path_rules: Option<PathRules>,
     /// Testing: act as if the kernel had no Landlock (the call must then be `DENIED`).
     pub(crate) pretend_no_landlock: bool,
 }
@@ -118,6 +143,15 @@ impl SandboxConfig {
     /// Adds a path the command must not read.
     pub fn hidden_path(mut self, path: impl Into<PathBuf>) -> SandboxConfig {
         self.hidden_paths.push(path.into());
+        self
+    }
+
+    /// Asks `rules` about every entry of the workspace at each call.
+    pub fn with_path_rules(
+        mut self,
+        rules: impl Fn(&std::path::Path) -> PathClass + Send + Sync + 'static,
+    ) -> SandboxConfig {
+        self.path_rules = Some(PathRules(std::sync::Arc::new(rules)));
         self
     }
 

@@ -10,7 +10,19 @@
 //! could hide there. After the call a second walk names the `.git` entries that appeared, so
 //! the result can warn that git should not be run there.
 
+use crate::config::{PathClass, PathRules};
 use std::path::{Path, PathBuf};
+
+/// What one walk of the workspace found.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    /// The `.git` entries.
+    pub git: Vec<PathBuf>,
+    /// What the path rules keep read-only.
+    pub read_only: Vec<PathBuf>,
+    /// What the path rules hide.
+    pub hidden: Vec<PathBuf>,
+}
 
 /// The most entries one walk reads before it gives up (and the call is `DENIED`).
 pub(crate) const MAX_ENTRIES: usize = 1_000_000;
@@ -18,7 +30,17 @@ pub(crate) const MAX_ENTRIES: usize = 1_000_000;
 /// Every `.git` entry beneath `workspace` (not descending into them), or why the walk could
 /// not be made.
 pub(crate) fn find(workspace: &Path, max_entries: usize) -> Result<Vec<PathBuf>, String> {
-    let mut found = Vec::new();
+    walk(workspace, None, max_entries).map(|found| found.git)
+}
+
+/// One walk: the `.git` entries, and what `rules` classify (a classified folder is not
+/// entered; neither is a `.git`).
+pub(crate) fn walk(
+    workspace: &Path,
+    rules: Option<&PathRules>,
+    max_entries: usize,
+) -> Result<Found, String> {
+    let mut found = Found::default();
     let mut stack = vec![workspace.to_path_buf()];
     let mut seen = 0usize;
     while let Some(dir) = stack.pop() {
@@ -40,14 +62,27 @@ pub(crate) fn find(workspace: &Path, max_entries: usize) -> Result<Vec<PathBuf>,
             let kind = entry
                 .file_type()
                 .map_err(|e| format!("{} cannot be read: {e}", entry.path().display()))?;
+            if let Some(rules) = rules {
+                match (rules.0)(&entry.path()) {
+                    PathClass::Hidden => {
+                        found.hidden.push(entry.path());
+                        continue;
+                    }
+                    PathClass::ReadOnly => {
+                        found.read_only.push(entry.path());
+                        continue;
+                    }
+                    PathClass::Open => {}
+                }
+            }
             if entry.file_name() == ".git" {
-                found.push(entry.path());
+                found.git.push(entry.path());
             } else if kind.is_dir() {
                 stack.push(entry.path());
             }
         }
     }
-    found.sort();
+    found.git.sort();
     Ok(found)
 }
 

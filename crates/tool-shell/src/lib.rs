@@ -62,7 +62,7 @@ mod sandbox;
 mod spill;
 mod tool;
 
-pub use config::{SandboxConfig, SandboxMode, ShellConfig, ShellLimits};
+pub use config::{PathClass, PathRules, SandboxConfig, SandboxMode, ShellConfig, ShellLimits};
 pub use error::ShellError;
 pub use tool::{SHELL, ShellTool};
 

@@ -103,6 +103,10 @@ fn signal_name(sig: i32) -> String {
     name.to_string()
 }
 
+/// What the walk at a call's start gives: the read-only paths, the hidden paths, the `.git`
+/// entries.
+type Walked = (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>);
+
 /// One output stream: what is kept in memory, shared with the partial-output view.
 type Shared = Arc<Mutex<Capture>>;
 
@@ -353,22 +357,28 @@ impl ShellTool {
             .max(Duration::from_millis(1))
     }
 
-    /// The paths the tool itself keeps read-only to commands, and the `.git` entries found
-    /// (the spill folder; in `workspace-write`, every git control entry of the workspace, by
-    /// a walk at each call). An `Err` (a folder the walk cannot list) denies the call.
-    fn protected(&self) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+    /// One walk at each call: the paths the tool keeps read-only to commands (the spill
+    /// folder; in `workspace-write`, every git control entry of the workspace; what the path
+    /// rules keep read-only), the paths the rules hide, and the `.git` entries found. An
+    /// `Err` (a folder the walk cannot list) denies the call.
+    fn protected(&self) -> Result<Walked, String> {
         let mut paths = vec![self.spill.path().to_path_buf()];
-        let mut found = Vec::new();
-        if self.config.sandbox.mode == SandboxMode::WorkspaceWrite {
-            found = git_dirs::find(&self.workspace, git_dirs::MAX_ENTRIES)?;
+        let writes = self.config.sandbox.mode == SandboxMode::WorkspaceWrite;
+        let rules = self.config.sandbox.path_rules.as_ref();
+        if !writes && rules.is_none() {
+            return Ok((paths, Vec::new(), Vec::new()));
+        }
+        let found = git_dirs::walk(&self.workspace, rules, git_dirs::MAX_ENTRIES)?;
+        paths.extend(found.read_only);
+        if writes {
             // The workspace's own, even where the walk found none (a `.git` made by a racing
             // command is still covered if it exists when the mounts are made).
             paths.extend(git_dirs::control_paths(&self.workspace.join(".git")));
-            for dot_git in &found {
+            for dot_git in &found.git {
                 paths.extend(git_dirs::control_paths(dot_git));
             }
         }
-        Ok((paths, found))
+        Ok((paths, found.hidden, found.git))
     }
 
     /// The `.git` entries that appeared during a `workspace-write` call (relative paths).
@@ -583,11 +593,14 @@ impl ToolDefinition for ShellTool {
         let limits = &self.config.limits;
         let private = PrivateDir::new()
             .map_err(|e| ToolFailure::new(format!("no private temp folder: {e}")))?;
-        let (protected, git_before) = self.protected().map_err(|why| self.denied(why))?;
+        let (protected, hidden, git_before) = self.protected().map_err(|why| self.denied(why))?;
         let prepared = sandbox::prepare(
             &self.config.sandbox,
             &self.workspace,
-            &protected,
+            &sandbox::Paths {
+                protected: &protected,
+                hidden: &hidden,
+            },
             &private,
             limits.tmp_bytes,
         )

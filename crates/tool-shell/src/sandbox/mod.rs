@@ -131,6 +131,15 @@ fn existing(workspace: &Path, path: &Path) -> Result<Option<PathBuf>, String> {
     }
 }
 
+/// The paths of one call, found by the tool's walk (beside the config's own).
+pub(crate) struct Paths<'a> {
+    /// Read-only to the command (the spill folder, git control entries, what the path rules
+    /// keep read-only).
+    pub protected: &'a [PathBuf],
+    /// Hidden from the command (what the path rules hide).
+    pub hidden: &'a [PathBuf],
+}
+
 /// The mounts: private propagation, the whole world read-only, the workspace (writable in
 /// `workspace-write`) and the private temp folder (a tmpfs of `tmp_bytes`), then each
 /// protected path's ancestors inside the workspace, then the read-only and hidden paths,
@@ -138,10 +147,11 @@ fn existing(workspace: &Path, path: &Path) -> Result<Option<PathBuf>, String> {
 fn mounts(
     config: &SandboxConfig,
     workspace: &Path,
-    protected: &[PathBuf],
+    paths: &Paths<'_>,
     private: &PrivateDir,
     tmp_bytes: u64,
 ) -> Result<Vec<MountOp>, String> {
+    let protected = paths.protected;
     let data = format!("size={tmp_bytes},mode=0700");
     let mut ops = vec![
         MountOp::MakePrivate,
@@ -164,7 +174,7 @@ fn mounts(
         }
     }
     let mut hidden: BTreeSet<PathBuf> = BTreeSet::new();
-    for path in &config.hidden_paths {
+    for path in config.hidden_paths.iter().chain(paths.hidden) {
         if let Some(path) = existing(workspace, path)? {
             hidden.insert(path);
         }
@@ -233,7 +243,7 @@ fn always_filter() -> Result<BpfProgram, String> {
 pub(crate) fn prepare(
     config: &SandboxConfig,
     workspace: &Path,
-    protected: &[PathBuf],
+    paths: &Paths<'_>,
     private: &PrivateDir,
     tmp_bytes: u64,
 ) -> Result<Prepared, String> {
@@ -283,7 +293,7 @@ pub(crate) fn prepare(
             setgroups: "deny".into(),
             uid_map: format!("{uid} {uid} 1"),
             gid_map: format!("{gid} {gid} 1"),
-            mounts: mounts(config, workspace, protected, private, tmp_bytes)?,
+            mounts: mounts(config, workspace, paths, private, tmp_bytes)?,
         }),
         mount_proc: true,
         sandboxed: true,
@@ -331,7 +341,10 @@ mod tests {
         let ops = mounts(
             &config,
             &root,
-            &[PathBuf::from(".git/hooks"), PathBuf::from(".git/config")],
+            &Paths {
+                protected: &[PathBuf::from(".git/hooks"), PathBuf::from(".git/config")],
+                hidden: &[],
+            },
             &private,
             1 << 20,
         )
