@@ -35,6 +35,8 @@
 //!   only the workspace and the call's `TMPDIR`), then seccomp (always: no new `AF_UNIX`
 //!   socket, no `io_uring`, no keyring calls; with the network off no other socket either, no
 //!   `ptrace`).
+//! - `git_dirs`: the walk of the workspace at each call: every `.git` entry (kept read-only)
+//!   and what the policy's path rules hide or keep read-only.
 //! - `limits`: a cgroup per call where dsh can make one, rlimits where it cannot; what held
 //!   each limit and which was hit goes into the result's meta.
 //! - `capture` and `spill`: each stream keeps 256 KiB of head and of tail; the model sees 8 KiB

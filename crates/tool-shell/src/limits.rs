@@ -327,22 +327,39 @@ impl CallLimits {
     }
 }
 
-/// The call's cgroups go with it (its processes are gone by then; a cgroup a process still
-/// leaves cannot be removed at once, so a few tries).
+/// The call's cgroups go with it. Normally its processes are all gone by then; a call dropped
+/// mid-run (cancelled) still has processes dying for a grace, so the removal is retried from a
+/// thread of its own rather than blocking here.
 impl Drop for CallLimits {
     fn drop(&mut self) {
-        for (_, dir) in self.cgroups.drain(..).rev() {
-            let mut tries = 0;
-            while let Err(e) = std::fs::remove_dir(&dir) {
-                tries += 1;
-                if tries > 50 || e.kind() == std::io::ErrorKind::NotFound {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        tracing::warn!(path = %dir.display(), error = %e, "the call's cgroup could not be removed");
+        let dirs: Vec<PathBuf> = self.cgroups.drain(..).rev().map(|(_, dir)| dir).collect();
+        let remove = |dirs: &mut Vec<PathBuf>| {
+            dirs.retain(|dir| match std::fs::remove_dir(dir) {
+                Ok(()) => false,
+                Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+            })
+        };
+        let mut left = dirs;
+        remove(&mut left);
+        if left.is_empty() {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("dsh-shell-cgroup".into())
+            .spawn(move || {
+                for _ in 0..200 {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    remove(&mut left);
+                    if left.is_empty() {
+                        return;
                     }
-                    break;
                 }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
+                for dir in &left {
+                    tracing::warn!(path = %dir.display(), "the call's cgroup could not be removed");
+                }
+            });
+        if spawned.is_err() {
+            tracing::warn!("no thread to remove the call's cgroups; they are left behind");
         }
     }
 }
