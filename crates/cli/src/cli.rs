@@ -390,6 +390,12 @@ pub struct PipelineOptions {
     /// `PREFIX*` passes a family (`CARGO_*`). Repeatable; adds to the policy's `[shell] env`.
     #[arg(long = "shell-env", value_name = "NAME", value_parser = crate::shell_env::parse_name)]
     pub shell_env: Vec<String>,
+    /// What each `shell` call may consume: `NAME=VALUE` separated by commas, of `memory`
+    /// (4G), `processes` (1024), `cpu` (seconds of each process, 600), `file-size` (4G),
+    /// `open-files` (4096), `tmp` (the private temp folder, 256M); `none` lifts one.
+    /// Repeatable.
+    #[arg(long = "shell-limits", value_name = "NAME=VALUE,…", value_parser = crate::shell_limits::parse)]
+    pub shell_limits: Vec<crate::shell_limits::Settings>,
     /// Where the `shell` tool saves output too long to show (default `.dsh/spill` in the
     /// workspace, where `read_file` can read it; commands cannot write there).
     #[arg(long, value_name = "DIR")]

@@ -573,15 +573,14 @@ fn register_shell(registry: &ToolRegistry, plan: &Plan<'_>) -> Result<(), CliErr
         .sandbox(plan.sandbox.clone())
         .spill_dir(plan.spill_dir.clone());
     config.pass_env = plan.shell_env.clone();
+    let mut limits = ShellLimits::default();
     if let Some(ms) = plan.timeout_ms {
         let cap = std::time::Duration::from_millis(ms);
-        let defaults = ShellLimits::default();
-        config = config.limits(ShellLimits {
-            default_timeout: defaults.default_timeout.min(cap),
-            max_timeout: defaults.max_timeout.min(cap),
-            ..defaults
-        });
+        limits.default_timeout = limits.default_timeout.min(cap);
+        limits.max_timeout = limits.max_timeout.min(cap);
     }
+    crate::shell_limits::apply(&plan.shell_limits, &mut limits);
+    config = config.limits(limits);
     let tool =
         ShellTool::new(config).map_err(|e| CliError::Start(format!("the shell tool: {e}")))?;
     registry

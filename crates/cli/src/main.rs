@@ -21,6 +21,7 @@ mod serve;
 mod serve_refusal;
 mod serve_watchdog;
 mod shell_env;
+mod shell_limits;
 mod store;
 mod tools;
 mod view;

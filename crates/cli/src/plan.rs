@@ -92,6 +92,8 @@ pub struct Plan<'a> {
     pub spill_dir: PathBuf,
     /// The variables `shell` commands get beside the core set (`--shell-env`, `[shell] env`).
     pub shell_env: Vec<String>,
+    /// `--shell-limits`, in order.
+    pub shell_limits: Vec<crate::shell_limits::Setting>,
     /// `--timeout-ms`: the cap on every tool's deadline.
     pub timeout_ms: Option<u64>,
     /// `--max-parallel`.
@@ -136,6 +138,11 @@ impl<'a> Plan<'a> {
             sandbox: SandboxConfig::default(),
             spill_dir,
             shell_env,
+            shell_limits: options
+                .shell_limits
+                .iter()
+                .flat_map(|s| s.0.clone())
+                .collect(),
             timeout_ms: options.timeout_ms,
             max_parallel: options.max_parallel,
             lock_wait: options.lock_wait(),
@@ -267,6 +274,7 @@ fn sandbox(plan: &Plan<'_>, options: &PipelineOptions) -> Result<SandboxConfig, 
         for path in crate::outside_paths::hidden(&plan.root, &rules.merged)? {
             sandbox = sandbox.hidden_path(path);
         }
+        sandbox = sandbox.with_path_rules(crate::policy_paths::classifier(rules.merged.clone()));
     }
     Ok(sandbox)
 }

@@ -1,8 +1,8 @@
 //! The permission rules as the shell's sandbox sees them: a walk of the workspace that asks
 //! the rules, as a path policy, about every entry. What `write_file` may not write becomes a
-//! read-only mount, what `read_file` may not read a hidden one. Done once as the run starts,
-//! so paths created later by a command are not covered (the file tools still ask at every
-//! call).
+//! read-only mount, what `read_file` may not read a hidden one. Done once as the run starts
+//! (the bound on the workspace's size is checked there), and again by the shell at every call
+//! through [`classifier`], so paths created later are covered too.
 
 use crate::error::CliError;
 use dsh_core::{Access, PathPolicy};
@@ -60,6 +60,25 @@ pub fn classify(
         }
     }
     Ok((read_only, hidden))
+}
+
+/// The same rules as a classifier the shell asks at every call, so that what a rule hides is
+/// hidden whenever the file appeared (a `.env` made during a long `dsh serve` session).
+pub fn classifier(
+    rules: PermissionRules,
+) -> impl Fn(&Path) -> dsh_tool_shell::PathClass + Send + Sync {
+    move |path: &Path| {
+        if rules.refuses("read_file", Access::Read, path).is_some() {
+            dsh_tool_shell::PathClass::Hidden
+        } else if WRITERS
+            .iter()
+            .any(|tool| rules.refuses(tool, Access::Write, path).is_some())
+        {
+            dsh_tool_shell::PathClass::ReadOnly
+        } else {
+            dsh_tool_shell::PathClass::Open
+        }
+    }
 }
 
 #[cfg(test)]

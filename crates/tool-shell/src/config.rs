@@ -43,6 +43,29 @@ impl FromStr for SandboxMode {
     }
 }
 
+/// What a path rule makes of a workspace path, for the shell's sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathClass {
+    /// Nothing: the mode decides.
+    Open,
+    /// The command may read it, never write it (a read-only mount).
+    ReadOnly,
+    /// The command may neither read nor write it (covered by an empty stand-in).
+    Hidden,
+}
+
+/// The policy's path rules, asked about every entry of the workspace at each call (a walk
+/// that stops at a classified folder): what a rule hides is hidden whenever the file appeared,
+/// a `.env` made during a long session included.
+#[derive(Clone)]
+pub struct PathRules(pub std::sync::Arc<dyn Fn(&std::path::Path) -> PathClass + Send + Sync>);
+
+impl std::fmt::Debug for PathRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PathRules(..)")
+    }
+}
+
 /// The OS sandbox of every command (Linux: user, mount, PID and network namespaces, Landlock,
 /// seccomp). The policy reaches the shell through it: whoever builds the tool passes
 ///
@@ -75,6 +98,8 @@ pub struct SandboxConfig {
     pub read_only_paths: Vec<PathBuf>,
     /// Paths the command may neither read nor write.
     pub hidden_paths: Vec<PathBuf>,
+    /// Rules asked about every workspace entry at each call (see [`PathRules`]).
+    pub path_rules: Option<PathRules>,
     /// Testing: act as if the kernel had no Landlock (the call must then be `DENIED`).
     pub(crate) pretend_no_landlock: bool,
 }
@@ -121,6 +146,15 @@ impl SandboxConfig {
         self
     }
 
+    /// Asks `rules` about every entry of the workspace at each call.
+    pub fn with_path_rules(
+        mut self,
+        rules: impl Fn(&std::path::Path) -> PathClass + Send + Sync + 'static,
+    ) -> SandboxConfig {
+        self.path_rules = Some(PathRules(std::sync::Arc::new(rules)));
+        self
+    }
+
     /// For tests of the fail-closed path: every sandboxed call then answers `DENIED` naming
     /// Landlock as missing, as on a kernel without it.
     #[doc(hidden)]
@@ -130,7 +164,8 @@ impl SandboxConfig {
     }
 }
 
-/// Deadlines and output caps.
+/// Deadlines, output caps, and what a call may consume (see the book's chapter "The shell
+/// sandbox" for which mechanism holds each limit).
 #[derive(Debug, Clone)]
 pub struct ShellLimits {
     /// A call without `timeout_ms` gets this (120 s).
@@ -152,6 +187,21 @@ pub struct ShellLimits {
     pub max_spill_bytes: u64,
     /// Spill files of the last this-many spilling calls are kept (20).
     pub keep_spilled_calls: usize,
+    /// Memory of the whole call (a cgroup where dsh can make one, else `RLIMIT_AS` per
+    /// process): 4 GiB. `None`: unbounded.
+    pub memory_bytes: Option<u64>,
+    /// Processes of the call (a cgroup's `pids.max`, else `RLIMIT_NPROC` in the call's user
+    /// namespace): 1,024.
+    pub processes: Option<u64>,
+    /// CPU seconds of each process (`RLIMIT_CPU`; SIGXCPU past it): 600.
+    pub cpu_seconds: Option<u64>,
+    /// Size of each file a process writes (`RLIMIT_FSIZE`; SIGXFSZ past it): 4 GiB. The total
+    /// written into the workspace is not bounded.
+    pub file_size_bytes: Option<u64>,
+    /// Open files of each process (`RLIMIT_NOFILE`): 4,096.
+    pub open_files: Option<u64>,
+    /// Size of the call's private temp folder (a tmpfs, in the sandboxed modes): 256 MiB.
+    pub tmp_bytes: u64,
 }
 
 impl Default for ShellLimits {
@@ -166,6 +216,12 @@ impl Default for ShellLimits {
             show_tail: 24 * 1024,
             max_spill_bytes: 64 * 1024 * 1024,
             keep_spilled_calls: 20,
+            memory_bytes: Some(4 << 30),
+            processes: Some(1024),
+            cpu_seconds: Some(600),
+            file_size_bytes: Some(4 << 30),
+            open_files: Some(4096),
+            tmp_bytes: 256 << 20,
         }
     }
 }

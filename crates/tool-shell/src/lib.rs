@@ -29,10 +29,16 @@
 //!   init reports the command's status on a report pipe and obeys a control pipe: `T` is
 //!   SIGTERM to every process of the call, `K` SIGKILL, and the end of the pipe (dsh's death)
 //!   kills everything.
-//! - `sandbox/`: prepared in dsh per call. Mounts first (the workspace and the ancestors of a
-//!   protected path bound onto themselves, read-only paths bound read-only, hidden paths
-//!   covered), then Landlock (write only the workspace and the call's `TMPDIR`), then seccomp
-//!   with the network off (`socket` only for `AF_UNIX`; no `io_uring`, `ptrace`).
+//! - `sandbox/`: prepared in dsh per call. Mounts first (the whole world read-only, the
+//!   workspace and the ancestors of a protected path bound onto themselves, a tmpfs for
+//!   `TMPDIR`, read-only paths bound read-only, hidden paths covered), then Landlock (write
+//!   only the workspace and the call's `TMPDIR`), then seccomp (always: no new `AF_UNIX`
+//!   socket, no `io_uring`, no keyring calls; with the network off no other socket either, no
+//!   `ptrace`).
+//! - `git_dirs`: the walk of the workspace at each call: every `.git` entry (kept read-only)
+//!   and what the policy's path rules hide or keep read-only.
+//! - `limits`: a cgroup per call where dsh can make one, rlimits where it cannot; what held
+//!   each limit and which was hit goes into the result's meta.
 //! - `capture` and `spill`: each stream keeps 256 KiB of head and of tail; the model sees 8 KiB
 //!   and 24 KiB; a cut stream goes whole (up to 64 MiB) to a spill file, in a folder made by the
 //!   first call that spills and reached without following symlinks.
@@ -50,13 +56,15 @@ mod capture;
 mod config;
 mod env;
 mod error;
+mod git_dirs;
+mod limits;
 mod parse;
 mod process;
 mod sandbox;
 mod spill;
 mod tool;
 
-pub use config::{SandboxConfig, SandboxMode, ShellConfig, ShellLimits};
+pub use config::{PathClass, PathRules, SandboxConfig, SandboxMode, ShellConfig, ShellLimits};
 pub use error::ShellError;
 pub use tool::{SHELL, ShellTool};
 

@@ -4,6 +4,8 @@ use crate::capture::Capture;
 use crate::config::{SandboxMode, ShellConfig};
 use crate::env;
 use crate::error::ShellError;
+use crate::git_dirs;
+use crate::limits::CallLimits;
 use crate::parse;
 use crate::process::plan::{ChildPlan, Stage};
 use crate::process::{self, Ending, Launch, LaunchError};
@@ -23,6 +25,10 @@ use tokio::time::Instant;
 /// The tool's name.
 pub const SHELL: &str = "shell";
 
+/// What keeps a sandboxed command from Unix sockets outside (the result's meta says it).
+const UNIX_SOCKETS: &str = "no new AF_UNIX socket (seccomp; socketpair works): this kernel's \
+Landlock has no right for connecting to socket files";
+
 /// How long output pipes are drained after the tree is gone (only a process that escaped the
 /// tree could still hold them open).
 const DRAIN: Duration = Duration::from_millis(500);
@@ -31,8 +37,9 @@ const DESCRIPTION: &str = "Runs a bash command in the workspace and returns its 
 stdout and stderr. stdin is empty; there is no terminal. Long output is shown head and tail; \
 the whole of it is saved to a file you can read with read_file. The command runs in a sandbox: \
 it may write only inside the workspace and $TMPDIR (the .git folder stays \
-read-only) and has no network unless the user allowed it; a refused write or connect fails \
-like any error (EACCES, EPERM, EROFS). Everything the command starts is killed when it \
+read-only), cannot create Unix sockets, has no network unless the user allowed it, and is \
+bounded in memory, processes, CPU time, file size and open files; a refused write or connect \
+fails like any error (EACCES, EPERM, EROFS). Everything the command starts is killed when it \
 exits or times out: do not start servers or background jobs meant to outlive the call. \
 Default timeout 120000 ms, at most 600000.";
 
@@ -95,6 +102,10 @@ fn signal_name(sig: i32) -> String {
     };
     name.to_string()
 }
+
+/// What the walk at a call's start gives: the read-only paths, the hidden paths, the `.git`
+/// entries.
+type Walked = (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>);
 
 /// One output stream: what is kept in memory, shared with the partial-output view.
 type Shared = Arc<Mutex<Capture>>;
@@ -346,13 +357,41 @@ impl ShellTool {
             .max(Duration::from_millis(1))
     }
 
-    /// The paths the tool itself keeps read-only to commands.
-    fn protected(&self) -> Vec<PathBuf> {
+    /// One walk at each call: the paths the tool keeps read-only to commands (the spill
+    /// folder; in `workspace-write`, every git control entry of the workspace; what the path
+    /// rules keep read-only), the paths the rules hide, and the `.git` entries found. An
+    /// `Err` (a folder the walk cannot list) denies the call.
+    fn protected(&self) -> Result<Walked, String> {
         let mut paths = vec![self.spill.path().to_path_buf()];
-        if self.config.sandbox.mode == SandboxMode::WorkspaceWrite {
-            paths.extend(git_control_paths(&self.workspace));
+        let writes = self.config.sandbox.mode == SandboxMode::WorkspaceWrite;
+        let rules = self.config.sandbox.path_rules.as_ref();
+        if !writes && rules.is_none() {
+            return Ok((paths, Vec::new(), Vec::new()));
         }
-        paths
+        let found = git_dirs::walk(&self.workspace, rules, git_dirs::MAX_ENTRIES)?;
+        paths.extend(found.read_only);
+        if writes {
+            // The workspace's own, even where the walk found none (a `.git` made by a racing
+            // command is still covered if it exists when the mounts are made).
+            paths.extend(git_dirs::control_paths(&self.workspace.join(".git")));
+            for dot_git in &found.git {
+                paths.extend(git_dirs::control_paths(dot_git));
+            }
+        }
+        Ok((paths, found.hidden, found.git))
+    }
+
+    /// The `.git` entries that appeared during a `workspace-write` call (relative paths).
+    fn new_git_entries(&self, before: &[PathBuf]) -> Result<Vec<String>, String> {
+        if self.config.sandbox.mode != SandboxMode::WorkspaceWrite {
+            return Ok(Vec::new());
+        }
+        let after = git_dirs::find(&self.workspace, git_dirs::MAX_ENTRIES)?;
+        Ok(after
+            .iter()
+            .filter(|p| !before.contains(p))
+            .map(|p| show_path(&self.workspace, p))
+            .collect())
     }
 
     fn plan(
@@ -410,6 +449,8 @@ impl ShellTool {
                 c(command.as_bytes(), "command")?,
             ],
             envp,
+            rlimits: Vec::new(),
+            cgroup_procs: Vec::new(),
             dsh_blocks: crate::process::plan::own_argument_blocks(),
         };
         Ok(Launch {
@@ -552,17 +593,26 @@ impl ToolDefinition for ShellTool {
         let limits = &self.config.limits;
         let private = PrivateDir::new()
             .map_err(|e| ToolFailure::new(format!("no private temp folder: {e}")))?;
+        let (protected, hidden, git_before) = self.protected().map_err(|why| self.denied(why))?;
         let prepared = sandbox::prepare(
             &self.config.sandbox,
             &self.workspace,
-            &self.protected(),
+            &sandbox::Paths {
+                protected: &protected,
+                hidden: &hidden,
+            },
             &private,
+            limits.tmp_bytes,
         )
         .map_err(|why| self.denied(why))?;
-        let launch = self.plan(&command, &workdir, &private, prepared)?;
-        let mut running = process::launch(launch, limits.kill_grace)
-            .await
-            .map_err(|e| self.launch_failure(e))?;
+        let mut bounds =
+            CallLimits::prepare(limits, prepared.sandboxed).map_err(|why| self.denied(why))?;
+        let mut launch = self.plan(&command, &workdir, &private, prepared)?;
+        launch.plan.rlimits = bounds.rlimits.clone();
+        launch.plan.cgroup_procs = bounds.procs_fds();
+        let launched = process::launch(launch, limits.kill_grace).await;
+        bounds.forked();
+        let mut running = launched.map_err(|e| self.launch_failure(e))?;
 
         let stdout = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
         let stderr = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
@@ -638,6 +688,38 @@ impl ToolDefinition for ShellTool {
             spill: spilled,
             notes: Vec::new(),
         };
+        let outcome = bounds.outcome(
+            ending
+                .status
+                .filter(|s| libc::WIFSIGNALED(*s))
+                .map(|s| libc::WTERMSIG(s)),
+            report.exit_code,
+            &format!("{}\n{}", report.stderr.0, report.stdout.0),
+        );
+        if !outcome.hit.is_empty() {
+            report.notes.push(format!(
+                "the command hit the call's limit on {} and was stopped there",
+                outcome.hit.join(", ")
+            ));
+        }
+        if !outcome.maybe.is_empty() {
+            report.notes.push(format!(
+                "the command may have hit the call's limit on {} (the mechanism cannot tell)",
+                outcome.maybe.join(", ")
+            ));
+        }
+        let new_git = self.new_git_entries(&git_before);
+        match &new_git {
+            Ok(new) if !new.is_empty() => report.notes.push(format!(
+                "the command made git repositories ({}): do not run git there outside the \
+                 sandbox before checking their config and hooks",
+                new.join(", ")
+            )),
+            Ok(_) => {}
+            Err(why) => report.notes.push(format!(
+                "the workspace could not be checked for git repositories the command made: {why}"
+            )),
+        }
         let fallback = running.fallback;
         if fallback.is_some() && self.config.sandbox.mode != SandboxMode::Full {
             report.notes.push(
@@ -672,9 +754,23 @@ impl ToolDefinition for ShellTool {
                 .notes
                 .push("processes the command left running were killed when it exited".into());
         }
-        let meta = self.meta(&ending, fallback, started.elapsed(), refused);
+        let mut meta = self.meta(&ending, fallback, started.elapsed(), refused);
+        meta.insert("limits".into(), bounds.meta());
+        if let Ok(new) = &new_git
+            && !new.is_empty()
+        {
+            meta.insert("newGitEntries".into(), json!(new));
+        }
+        if !outcome.hit.is_empty() {
+            meta.insert("limitHit".into(), json!(outcome.hit));
+        }
+        if !outcome.maybe.is_empty() {
+            meta.insert("limitMayHaveHit".into(), json!(outcome.maybe));
+        }
+        if self.config.sandbox.mode != SandboxMode::Full {
+            meta.insert("unixSockets".into(), json!(UNIX_SOCKETS));
+        }
         let value = report.value(&self.workspace);
-        let mut meta = meta;
         meta.insert("exitCode".into(), value["exitCode"].clone());
         meta.insert("signal".into(), value["signal"].clone());
         meta.insert("stdoutBytes".into(), value["stdoutBytes"].clone());
@@ -723,28 +819,6 @@ impl ToolDefinition for ShellTool {
     fn result_meta(&self, value: &Value) -> Option<Map<String, Value>> {
         value.get("meta").and_then(Value::as_object).cloned()
     }
-}
-
-/// The git control paths of the workspace's repository, read-only to every command: a command
-/// that could write `.git` could make the user's next `git status` run its code (hooks,
-/// `core.fsmonitor` in `config`, `commondir` or `alternates` pointing at a planted copy,
-/// submodules' `modules/*/config`, worktrees). So the whole `.git` folder is protected, and
-/// where `.git` is a `gitdir:` file (a worktree, a submodule), that file and its target too.
-fn git_control_paths(workspace: &Path) -> Vec<PathBuf> {
-    let dot_git = workspace.join(".git");
-    let mut paths = vec![dot_git.clone()];
-    if dot_git.is_file()
-        && let Ok(text) = std::fs::read_to_string(&dot_git)
-        && let Some(target) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
-    {
-        let target = Path::new(target.trim());
-        paths.push(if target.is_absolute() {
-            target.to_path_buf()
-        } else {
-            workspace.join(target)
-        });
-    }
-    paths
 }
 
 #[cfg(test)]

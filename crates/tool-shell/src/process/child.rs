@@ -210,10 +210,12 @@ fn mount(
     .map(|_| ())
 }
 
-fn mount_setattr_rdonly(target: &CStr) -> Result<(), i32> {
+/// `mount_setattr(2)`: sets `set` and clears `clear` on the mount at `target` (and, with
+/// `recursive`, every mount below it).
+fn mount_setattr(target: &CStr, set: u64, clear: u64, recursive: bool) -> Result<(), i32> {
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
+        attr_set: set,
+        attr_clr: clear,
         propagation: 0,
         userns_fd: 0,
     };
@@ -224,12 +226,16 @@ fn mount_setattr_rdonly(target: &CStr) -> Result<(), i32> {
             libc::SYS_mount_setattr,
             libc::AT_FDCWD,
             target.as_ptr(),
-            AT_RECURSIVE,
+            if recursive { AT_RECURSIVE } else { 0 },
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     })
     .map(|_| ())
+}
+
+fn mount_setattr_rdonly(target: &CStr) -> Result<(), i32> {
+    mount_setattr(target, MOUNT_ATTR_RDONLY, 0, true)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -282,8 +288,22 @@ fn keeper(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
         plan.report_w,
         plan.control_r,
         plan.landlock_fd.unwrap_or(plan.stdin_null),
+        plan.cgroup_procs
+            .first()
+            .copied()
+            .unwrap_or(plan.stdin_null),
+        plan.cgroup_procs.get(1).copied().unwrap_or(plan.stdin_null),
     ];
     close_all_except(&mut keep);
+    // The call's cgroups, joined before anything else is forked: every process of the call
+    // is counted (`0` is the writer itself).
+    for (i, &fd) in plan.cgroup_procs.iter().enumerate() {
+        // SAFETY: a one-byte buffer valid for the call.
+        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+            fail(plan, Stage::Cgroup, i as u16, errno());
+        }
+        close(fd);
+    }
     for fd in 0..3 {
         let _ = dup2(plan.stdin_null, fd);
     }
@@ -379,14 +399,27 @@ fn apply_mount(op: &MountOp) -> Result<(), (Stage, i32)> {
     match op {
         MountOp::MakePrivate => mount(NONE, c"/", NONE, libc::MS_REC | libc::MS_PRIVATE, NONE)
             .map_err(|e| (Stage::MountPrivate, e)),
+        MountOp::ReadOnlyWorld => mount_setattr_rdonly(c"/").map_err(|e| (Stage::ReadOnly, e)),
         MountOp::BindSelf { path, read_only } => {
             mount(Some(path), path, NONE, libc::MS_BIND | libc::MS_REC, NONE)
                 .map_err(|e| (Stage::Bind, e))?;
             if *read_only {
                 mount_setattr_rdonly(path).map_err(|e| (Stage::ReadOnly, e))?;
+            } else {
+                // The bind copied the read-only flag the world got: clear it on this mount
+                // alone (mounts below it keep theirs).
+                mount_setattr(path, 0, MOUNT_ATTR_RDONLY, false).map_err(|e| (Stage::Bind, e))?;
             }
             Ok(())
         }
+        MountOp::Tmpfs { target, data } => mount(
+            Some(c"tmpfs"),
+            target,
+            Some(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(data),
+        )
+        .map_err(|e| (Stage::Tmpfs, e)),
         MountOp::Cover { source, target } => {
             mount(Some(source), target, NONE, libc::MS_BIND, NONE).map_err(|e| (Stage::Hide, e))?;
             mount_setattr_rdonly(target).map_err(|e| (Stage::ReadOnly, e))
@@ -728,6 +761,16 @@ fn command(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
     // SAFETY: `workdir` is a valid C string.
     if unsafe { libc::chdir(plan.workdir.as_ptr()) } != 0 {
         fail(plan, Stage::Chdir, 0, errno());
+    }
+    for (i, &(resource, soft, hard)) in plan.rlimits.iter().enumerate() {
+        let limit = libc::rlimit {
+            rlim_cur: soft as libc::rlim_t,
+            rlim_max: hard as libc::rlim_t,
+        };
+        // SAFETY: `limit` is a valid rlimit for the call's duration.
+        if unsafe { libc::setrlimit(resource as _, &limit) } != 0 {
+            fail(plan, Stage::Rlimit, i as u16, errno());
+        }
     }
     if plan.sandboxed {
         // A new, empty session keyring: the command must not see the keys of dsh's session

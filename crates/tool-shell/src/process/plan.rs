@@ -60,6 +60,12 @@ pub(crate) enum Stage {
     Keyring = 23,
     /// Making init non-dumpable (`PR_SET_DUMPABLE`).
     Dumpable = 24,
+    /// Mounting the call's temp folder (a tmpfs of bounded size).
+    Tmpfs = 25,
+    /// Setting a resource limit (`setrlimit`; the index names which).
+    Rlimit = 26,
+    /// Joining the call's cgroup (writing `cgroup.procs`; the index names which).
+    Cgroup = 27,
 }
 
 impl Stage {
@@ -91,6 +97,9 @@ impl Stage {
             Exec,
             Keyring,
             Dumpable,
+            Tmpfs,
+            Rlimit,
+            Cgroup,
         ]
         .get(usize::from(n))
         .copied()
@@ -125,6 +134,9 @@ impl Stage {
             Stage::Exec => "running the shell (execve)",
             Stage::Keyring => "a session keyring of its own (keyctl)",
             Stage::Dumpable => "hiding dsh's memory from the command (PR_SET_DUMPABLE)",
+            Stage::Tmpfs => "mounting the private temp folder (tmpfs)",
+            Stage::Rlimit => "a resource limit (setrlimit)",
+            Stage::Cgroup => "joining the call's cgroup",
         }
     }
 
@@ -141,12 +153,23 @@ pub(crate) enum MountOp {
     /// Stop mounts from propagating back to the host (`MS_REC | MS_PRIVATE` on `/`).
     MakePrivate,
     /// Bind a path onto itself, recursively: a mount point cannot be renamed or removed, and
-    /// a read-only one cannot be written.
+    /// a read-only one cannot be written. A writable one has the read-only flag the world
+    /// got cleared on its top mount.
     BindSelf {
         /// The path (absolute).
         path: CString,
         /// Make it read-only (with everything mounted below it).
         read_only: bool,
+    },
+    /// Make every mount of the namespace read-only (`mount_setattr` on `/`, recursively):
+    /// the world outside the writable binds that follow, modes, times and xattrs included.
+    ReadOnlyWorld,
+    /// Mount a tmpfs (the call's private temp folder), `data` its options (`size=…`).
+    Tmpfs {
+        /// Where.
+        target: CString,
+        /// `size=N,mode=0700`.
+        data: CString,
     },
     /// Bind an empty, inaccessible file or directory over a hidden path, read-only.
     Cover {
@@ -208,6 +231,11 @@ pub(crate) struct ChildPlan {
     pub argv: Vec<CString>,
     /// The environment, `NAME=value`.
     pub envp: Vec<CString>,
+    /// Resource limits the command gets (`RLIMIT_*`, soft, hard), set before exec.
+    pub rlimits: Vec<(u32, u64, u64)>,
+    /// `cgroup.procs` of the call's cgroups, open for writing: the keeper joins each (writes
+    /// `0`) before it forks anything.
+    pub cgroup_procs: Vec<RawFd>,
     /// dsh's argument and environment blocks (`[start, end)` addresses), which the forked init
     /// still holds a copy of and overwrites: see [`own_argument_blocks`].
     pub dsh_blocks: [(usize, usize); 2],

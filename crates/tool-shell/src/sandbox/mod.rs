@@ -49,8 +49,11 @@ pub(crate) struct Prepared {
     pub sandboxed: bool,
 }
 
-/// The call's private folder: `tmp/` (the command's `TMPDIR`, writable) and `hide/` (the
-/// empty stand-ins mounted over hidden paths, which the command cannot touch).
+/// The call's private folder: `w/tmp/` (the command's `TMPDIR`: in a sandbox, a tmpfs of
+/// bounded size mounted there, gone with the call's mount namespace) and `hide/` (the empty
+/// stand-ins mounted over hidden paths, which the command cannot touch). Landlock lets the
+/// command write beneath `w/`, which holds nothing but `tmp` (a rule on the mount point
+/// itself would not reach into the tmpfs: Landlock skips hidden mount points).
 pub(crate) struct PrivateDir {
     dir: tempfile::TempDir,
 }
@@ -67,7 +70,8 @@ impl Drop for PrivateDir {
 impl PrivateDir {
     pub(crate) fn new() -> std::io::Result<PrivateDir> {
         let dir = tempfile::Builder::new().prefix("dsh-shell-").tempdir()?;
-        std::fs::create_dir(dir.path().join("tmp"))?;
+        std::fs::create_dir(dir.path().join("w"))?;
+        std::fs::create_dir(dir.path().join("w").join("tmp"))?;
         let hide = dir.path().join("hide");
         std::fs::create_dir(&hide)?;
         let empty_dir = hide.join("dir");
@@ -81,7 +85,12 @@ impl PrivateDir {
 
     /// The command's temp folder.
     pub(crate) fn tmp(&self) -> PathBuf {
-        self.dir.path().join("tmp")
+        self.dir.path().join("w").join("tmp")
+    }
+
+    /// The folder Landlock lets the command write beneath (it holds only `tmp`).
+    fn writable(&self) -> PathBuf {
+        self.dir.path().join("w")
     }
 
     fn stand_in(&self, dir: bool) -> PathBuf {
@@ -122,19 +131,38 @@ fn existing(workspace: &Path, path: &Path) -> Result<Option<PathBuf>, String> {
     }
 }
 
-/// The mounts: private propagation, the workspace, then each protected path's ancestors inside
-/// the workspace, then the read-only and hidden paths, shallowest first.
+/// The paths of one call, found by the tool's walk (beside the config's own).
+pub(crate) struct Paths<'a> {
+    /// Read-only to the command (the spill folder, git control entries, what the path rules
+    /// keep read-only).
+    pub protected: &'a [PathBuf],
+    /// Hidden from the command (what the path rules hide).
+    pub hidden: &'a [PathBuf],
+}
+
+/// The mounts: private propagation, the whole world read-only, the workspace (writable in
+/// `workspace-write`) and the private temp folder (a tmpfs of `tmp_bytes`), then each
+/// protected path's ancestors inside the workspace, then the read-only and hidden paths,
+/// shallowest first.
 fn mounts(
     config: &SandboxConfig,
     workspace: &Path,
-    protected: &[PathBuf],
+    paths: &Paths<'_>,
     private: &PrivateDir,
+    tmp_bytes: u64,
 ) -> Result<Vec<MountOp>, String> {
+    let protected = paths.protected;
+    let data = format!("size={tmp_bytes},mode=0700");
     let mut ops = vec![
         MountOp::MakePrivate,
+        MountOp::ReadOnlyWorld,
         MountOp::BindSelf {
             path: cstring(workspace)?,
             read_only: config.mode == SandboxMode::ReadOnly,
+        },
+        MountOp::Tmpfs {
+            target: cstring(&private.tmp())?,
+            data: CString::new(data).map_err(|_| "tmpfs options hold a NUL byte".to_string())?,
         },
     ];
     let mut read_only: BTreeSet<PathBuf> = BTreeSet::new();
@@ -146,7 +174,7 @@ fn mounts(
         }
     }
     let mut hidden: BTreeSet<PathBuf> = BTreeSet::new();
-    for path in &config.hidden_paths {
+    for path in config.hidden_paths.iter().chain(paths.hidden) {
         if let Some(path) = existing(workspace, path)? {
             hidden.insert(path);
         }
@@ -215,8 +243,9 @@ fn always_filter() -> Result<BpfProgram, String> {
 pub(crate) fn prepare(
     config: &SandboxConfig,
     workspace: &Path,
-    protected: &[PathBuf],
+    paths: &Paths<'_>,
     private: &PrivateDir,
+    tmp_bytes: u64,
 ) -> Result<Prepared, String> {
     if config.mode == SandboxMode::Full {
         return Ok(Prepared {
@@ -230,7 +259,7 @@ pub(crate) fn prepare(
     if config.pretend_no_landlock {
         return Err("Landlock is not available in this kernel (simulated)".into());
     }
-    let tmp = private.tmp();
+    let tmp = private.writable();
     let mut writable = vec![tmp.as_path()];
     if config.mode == SandboxMode::WorkspaceWrite {
         writable.push(workspace);
@@ -264,7 +293,7 @@ pub(crate) fn prepare(
             setgroups: "deny".into(),
             uid_map: format!("{uid} {uid} 1"),
             gid_map: format!("{gid} {gid} 1"),
-            mounts: mounts(config, workspace, protected, private)?,
+            mounts: mounts(config, workspace, paths, private, tmp_bytes)?,
         }),
         mount_proc: true,
         sandboxed: true,
@@ -286,7 +315,7 @@ mod tests {
     fn paths(ops: &[MountOp]) -> Vec<(String, &'static str)> {
         ops.iter()
             .filter_map(|op| match op {
-                MountOp::MakePrivate => None,
+                MountOp::MakePrivate | MountOp::ReadOnlyWorld | MountOp::Tmpfs { .. } => None,
                 MountOp::BindSelf { path, read_only } => Some((
                     path.to_string_lossy().into_owned(),
                     if *read_only { "ro" } else { "rw" },
@@ -312,8 +341,12 @@ mod tests {
         let ops = mounts(
             &config,
             &root,
-            &[PathBuf::from(".git/hooks"), PathBuf::from(".git/config")],
+            &Paths {
+                protected: &[PathBuf::from(".git/hooks"), PathBuf::from(".git/config")],
+                hidden: &[],
+            },
             &private,
+            1 << 20,
         )
         .unwrap();
         let r = |p: &str| root.join(p).to_string_lossy().into_owned();

@@ -2,10 +2,15 @@
 //!
 //! Always ([`always`]): no kernel keyring calls (`keyctl`, `add_key`, `request_key`), as
 //! Docker's default profile refuses them: the keyrings are not namespaced, so a command could
-//! otherwise read the keys of its user's session or leave keys that outlive the call.
+//! otherwise read the keys of its user's session or leave keys that outlive the call. No new
+//! `AF_UNIX` socket (`socket(AF_UNIX, …)`): neither a read-only mount nor a network namespace
+//! stops `connect()` to a socket file (docker, systemd, D-Bus, ssh-agent, PostgreSQL), and this
+//! kernel's Landlock (before ABI 8's `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`) cannot either;
+//! `socketpair` keeps working, and so do pipes. No io_uring (it creates and connects sockets
+//! past this filter).
 //!
-//! With the network off ([`network_off`]): no socket but AF_UNIX (socketpair
-//! and local sockets still work), no io_uring (it can open sockets past this filter), no
+//! With the network off ([`network_off`]): no socket of any other family either (AF_INET,
+//! AF_INET6, AF_NETLINK, …), no
 //! ptrace or process_vm_* (no reaching into another process). Refused calls fail with EPERM, an
 //! ordinary error the command reports.
 
@@ -44,12 +49,31 @@ fn refusing(rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<BpfProgram, String
         .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
-/// The filter every sandboxed command gets, whatever the network setting: no keyring calls.
+/// The filter every sandboxed command gets, whatever the network setting: no keyring calls,
+/// no new Unix socket, no io_uring.
 pub(crate) fn always() -> Result<BpfProgram, String> {
-    let rules = [libc::SYS_keyctl, libc::SYS_add_key, libc::SYS_request_key]
-        .into_iter()
-        .map(|call| (call, vec![]))
-        .collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = [
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ]
+    .into_iter()
+    .map(|call| (call, vec![]))
+    .collect();
+    let unix = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::AF_UNIX as u64,
+    )
+    .map_err(|e| e.to_string())?;
+    rules.insert(
+        libc::SYS_socket,
+        vec![SeccompRule::new(vec![unix]).map_err(|e| e.to_string())?],
+    );
     refusing(rules)
 }
 
@@ -70,9 +94,6 @@ pub(crate) fn network_off() -> Result<BpfProgram, String> {
         vec![SeccompRule::new(vec![not_unix]).map_err(|e| e.to_string())?],
     );
     for call in [
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
         libc::SYS_ptrace,
         libc::SYS_process_vm_readv,
         libc::SYS_process_vm_writev,
