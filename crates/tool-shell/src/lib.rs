@@ -50,6 +50,7 @@ mod capture;
 mod config;
 mod env;
 mod error;
+mod net;
 mod parse;
 mod process;
 mod sandbox;

@@ -397,6 +397,7 @@ impl ShellTool {
             report_w: -1,
             control_r: -1,
             landlock_fd: None,
+            net: None,
             namespaces: prepared.namespaces,
             mount_proc: prepared.mount_proc,
             sandboxed: prepared.sandboxed,
@@ -559,10 +560,26 @@ impl ToolDefinition for ShellTool {
             &private,
         )
         .map_err(|why| self.denied(why))?;
-        let launch = self.plan(&command, &workdir, &private, prepared)?;
+        let mut launch = self.plan(&command, &workdir, &private, prepared)?;
+        let call_net =
+            crate::net::CallNet::new(&self.config.sandbox).map_err(|why| self.denied(why))?;
+        if let Some(net) = &call_net {
+            net.apply(&mut launch);
+        }
         let mut running = process::launch(launch, limits.kill_grace)
             .await
             .map_err(|e| self.launch_failure(e))?;
+        let call_proxy = match call_net {
+            Some(net) => match net.serve().await {
+                Ok(proxy) => Some(proxy),
+                // The keeper's report says why; without the proxy the command has no way out.
+                Err(why) => {
+                    tracing::warn!(%why, "the network proxy did not start");
+                    None
+                }
+            },
+            None => None,
+        };
 
         let stdout = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
         let stderr = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
@@ -602,6 +619,11 @@ impl ToolDefinition for ShellTool {
             .finish(started + timeout, &ctx.signal)
             .await
             .map_err(|e| self.launch_failure(e))?;
+        // Every connection of the call ends with it.
+        let egress = match call_proxy {
+            Some(proxy) => Some(proxy.finish().await),
+            None => None,
+        };
         let mut spilled = Vec::new();
         for (handle, name) in std::mem::take(&mut readers.0)
             .into_iter()
@@ -672,9 +694,14 @@ impl ToolDefinition for ShellTool {
                 .notes
                 .push("processes the command left running were killed when it exited".into());
         }
+        let mut net_meta = Map::new();
+        if let Some(egress) = &egress {
+            crate::net::record(egress, &mut net_meta, &mut report.notes);
+        }
         let meta = self.meta(&ending, fallback, started.elapsed(), refused);
         let value = report.value(&self.workspace);
         let mut meta = meta;
+        meta.extend(net_meta);
         meta.insert("exitCode".into(), value["exitCode"].clone());
         meta.insert("signal".into(), value["signal"].clone());
         meta.insert("stdoutBytes".into(), value["stdoutBytes"].clone());

@@ -282,6 +282,7 @@ fn keeper(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
         plan.report_w,
         plan.control_r,
         plan.landlock_fd.unwrap_or(plan.stdin_null),
+        plan.net.map_or(plan.stdin_null, |n| n.channel),
     ];
     close_all_except(&mut keep);
     for fd in 0..3 {
@@ -330,6 +331,11 @@ fn keeper(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
             if let Err((stage, e)) = apply_mount(op) {
                 fail(plan, stage, index, e);
             }
+        }
+        if let Some(net) = plan.net
+            && let Err((step, e)) = super::child_net::loopback_and_listen(net.channel, net.port)
+        {
+            fail(plan, Stage::Network, step, e);
         }
     } else {
         // No namespaces (`full`): a subreaper keeps every orphan in reach.

@@ -60,6 +60,8 @@ pub(crate) enum Stage {
     Keyring = 23,
     /// Making init non-dumpable (`PR_SET_DUMPABLE`).
     Dumpable = 24,
+    /// The network namespace's loopback and the proxy's port in it (`child_net.rs`).
+    Network = 25,
 }
 
 impl Stage {
@@ -91,6 +93,7 @@ impl Stage {
             Exec,
             Keyring,
             Dumpable,
+            Network,
         ]
         .get(usize::from(n))
         .copied()
@@ -125,6 +128,7 @@ impl Stage {
             Stage::Exec => "running the shell (execve)",
             Stage::Keyring => "a session keyring of its own (keyctl)",
             Stage::Dumpable => "hiding dsh's memory from the command (PR_SET_DUMPABLE)",
+            Stage::Network => "the network namespace's loopback and the proxy's port",
         }
     }
 
@@ -173,6 +177,16 @@ pub(crate) struct Namespaces {
     pub mounts: Vec<MountOp>,
 }
 
+/// The network by policy: the keeper brings the namespace's loopback up, listens on
+/// `127.0.0.1:port` and hands the listener to dsh over `channel`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NetSetup {
+    /// dsh's Unix socket (the keeper's end).
+    pub channel: RawFd,
+    /// The port inside the namespace.
+    pub port: u16,
+}
+
 /// Everything the forked processes use.
 #[derive(Debug)]
 pub(crate) struct ChildPlan {
@@ -190,6 +204,8 @@ pub(crate) struct ChildPlan {
     pub control_r: RawFd,
     /// The Landlock ruleset, when sandboxed.
     pub landlock_fd: Option<RawFd>,
+    /// The network by policy, when the command gets it.
+    pub net: Option<NetSetup>,
     /// None: no namespaces (`full`).
     pub namespaces: Option<Namespaces>,
     /// Mount a fresh `/proc` in the PID namespace.
