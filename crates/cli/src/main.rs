@@ -10,6 +10,7 @@ mod cli;
 mod demo;
 mod error;
 mod harness;
+mod net;
 mod output;
 mod outside_paths;
 mod plan;

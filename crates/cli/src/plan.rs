@@ -265,5 +265,8 @@ fn sandbox(plan: &Plan<'_>, options: &PipelineOptions) -> Result<SandboxConfig, 
             sandbox = sandbox.hidden_path(path);
         }
     }
+    if let Some(proxy) = crate::net::proxy(options, plan.rules.as_ref().map(|r| &r.merged))? {
+        sandbox = sandbox.with_proxy(proxy);
+    }
     Ok(sandbox)
 }

@@ -37,7 +37,8 @@ pub struct ProxyLimits {
     pub handshake_timeout: Duration,
     /// How long connecting to a destination may take (10 s).
     pub connect_timeout: Duration,
-    /// How long an `ask` waits for its answer before the connection is refused (60 s).
+    /// How long an `ask` waits for its answer before the connection is refused (300 s, the
+    /// pipeline's approval timeout).
     pub ask_timeout: Duration,
 }
 
@@ -49,7 +50,7 @@ impl Default for ProxyLimits {
             max_head: 16 * 1024,
             handshake_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
-            ask_timeout: Duration::from_secs(60),
+            ask_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -116,6 +117,17 @@ impl NetProxy {
                 answers: Mutex::new(HashMap::new()),
             }),
         }
+    }
+
+    /// The same proxy, asking `asker` about destinations under `ask` (a fresh session
+    /// memory of answers).
+    pub fn with_asker(&self, asker: Arc<dyn NetAsker>) -> NetProxy {
+        NetProxy::with(
+            self.shared.rules.clone(),
+            self.shared.hosts.clone(),
+            Some(asker),
+            self.shared.limits.clone(),
+        )
     }
 
     /// The rules it judges by.
