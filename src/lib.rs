@@ -70,6 +70,7 @@ mod book {
         PostgresInPractice: "postgres.md",
         View: "view.md",
         ShellSandboxHardening: "shell-sandbox-hardening.md",
+        Network: "network.md",
         Frameworks: "frameworks/README.md",
         FrameworkFastmcp: "frameworks/fastmcp.md",
         FrameworkLangchain: "frameworks/langchain.md",

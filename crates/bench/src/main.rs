@@ -5,6 +5,7 @@
 
 mod code_bench;
 mod fs_bench;
+mod net_bench;
 mod pg_bench;
 mod pipeline_bench;
 mod report;
@@ -25,7 +26,7 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 9] = [
+    let lists: [&'static [Bench]; 10] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
@@ -35,6 +36,7 @@ fn benches() -> Vec<&'static Bench> {
         serve_bench::BENCHES,
         stream_bench::BENCHES,
         view_bench::BENCHES,
+        net_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }

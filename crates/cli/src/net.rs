@@ -64,3 +64,49 @@ impl NetAsker for Asker {
         matches!(self.0.respond(&request).await, Ok(ApprovalAnswer::Approve))
     }
 }
+
+/// Claude Code settings' lists, their `net(…)` rules taken out (as allow, ask, deny).
+pub(crate) fn split_settings(
+    mut lists: dsh_claude_code::settings::PermissionLists,
+) -> (dsh_claude_code::settings::PermissionLists, [Vec<String>; 3]) {
+    let take = |list: &mut Vec<String>| {
+        let (net, tools): (Vec<String>, Vec<String>) = std::mem::take(list)
+            .into_iter()
+            .partition(|r| dsh_core::net_rules::NetRule::is_net_rule(r));
+        *list = tools;
+        net
+    };
+    let net = [
+        take(&mut lists.allow),
+        take(&mut lists.ask),
+        take(&mut lists.deny),
+    ];
+    (lists, net)
+}
+
+/// The policy's network rules with the settings' added (`None`: there are none at all).
+pub(crate) fn merge_rules(
+    rules: &PermissionRules,
+    net: &[Vec<String>; 3],
+) -> Result<Option<dsh_core::net_rules::NetRules>, CliError> {
+    let usage = |e: dsh_core::net_rules::NetRuleError| {
+        CliError::Usage(format!("Claude Code settings: {e}"))
+    };
+    if net.iter().all(Vec::is_empty) {
+        return Ok(rules.net_rules().cloned());
+    }
+    let base = match rules.net_rules() {
+        Some(existing) => existing.clone(),
+        None => {
+            let default = match rules.shell().net_default {
+                Some(dsh_guards::RuleClass::Allow) => dsh_core::net_rules::NetClass::Allow,
+                Some(dsh_guards::RuleClass::Ask) => dsh_core::net_rules::NetClass::Ask,
+                _ => dsh_core::net_rules::NetClass::Deny,
+            };
+            dsh_core::net_rules::NetRules::new::<&str>(&[], &[], &[], default).map_err(usage)?
+        }
+    };
+    base.extended(&net[0], &net[1], &net[2])
+        .map(Some)
+        .map_err(usage)
+}

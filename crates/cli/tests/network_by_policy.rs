@@ -207,3 +207,62 @@ fn shell_network_keeps_its_meaning() {
         r.tool_content("d")
     );
 }
+
+#[test]
+fn claude_code_settings_map_onto_net_rules() {
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, _, hosts) = setup(dir.path(), "");
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        r#"{"permissions": {"allow": ["WebFetch(domain:pkg.test)"]},
+            "sandbox": {"network": {"allowedDomains": ["ask.test"]}}}"#,
+    )
+    .unwrap();
+    let t = shell_calls(
+        dir.path(),
+        &[
+            (
+                "fetch",
+                format!("curl -sS --max-time 20 -f http://pkg.test:{port}/"),
+            ),
+            (
+                "domain",
+                format!("curl -sS --max-time 20 -f http://ask.test:{port}/"),
+            ),
+            (
+                "other",
+                format!("curl -sS --max-time 20 -f http://other.test:{port}/"),
+            ),
+        ],
+    );
+    let log = dir.path().join("s.jsonl");
+    let r = run(
+        &t,
+        &ws,
+        &log,
+        &[
+            "--claude-settings",
+            settings.to_str().unwrap(),
+            "--net-hosts",
+            hosts.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.tool_content("fetch").contains("hello through dsh"),
+        "{}",
+        r.tool_content("fetch")
+    );
+    assert!(
+        r.tool_content("domain").contains("hello through dsh"),
+        "{}",
+        r.tool_content("domain")
+    );
+    assert!(
+        !r.tool_content("other").contains("hello through dsh"),
+        "{}",
+        r.tool_content("other")
+    );
+}

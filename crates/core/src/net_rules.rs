@@ -400,6 +400,21 @@ impl NetRules {
         })
     }
 
+    /// These rules and more (a profile's settings mapped onto `net(…)` rules).
+    pub fn extended<S: AsRef<str>>(
+        &self,
+        allow: &[S],
+        ask: &[S],
+        deny: &[S],
+    ) -> Result<NetRules, NetRuleError> {
+        let more = NetRules::new(allow, ask, deny, self.default)?;
+        let mut out = self.clone();
+        out.allow.extend(more.allow);
+        out.ask.extend(more.ask);
+        out.deny.extend(more.deny);
+        Ok(out)
+    }
+
     /// The default for destinations no rule matches (`deny` unless the policy's `[shell]`
     /// table says otherwise).
     pub fn default_class(&self) -> NetClass {
