@@ -2,6 +2,7 @@
 //! same download direct (`ratio`, goal ≤ 1.2), and a connection's set-up through the proxy
 //! (`setup_p50_ms`: connect, `CONNECT host:port`, judged, resolved from a hosts file,
 //! connected, `200` back; goal ≤ 1 ms). The server listens on 127.0.0.2.
+#![allow(clippy::expect_used, clippy::panic)]
 
 use crate::Bench;
 use crate::report::{emit, quantile};

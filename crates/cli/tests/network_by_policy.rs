@@ -56,13 +56,12 @@ fn result_meta(log: &Path, id: &str) -> Value {
     log_events(log)
         .into_iter()
         .find(|e| e["type"] == "tool/result" && e["data"]["callId"] == id)
-        .map(|e| {
+        .inspect(|e| {
             let text = e.to_string();
             assert!(
                 text.contains("egress"),
                 "no egress in the result of {id}: {text}"
             );
-            e
         })
         .unwrap_or_else(|| panic!("no result for {id}"))
 }

@@ -295,3 +295,112 @@ async fn walking_around_the_proxy_gains_nothing() {
         }
     }
 }
+
+/// A static file server on 127.0.0.2 for `root` (git's "dumb" HTTP protocol needs no more).
+fn file_server(root: std::path::PathBuf) -> u16 {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/");
+                let path = path
+                    .split('?')
+                    .next()
+                    .unwrap_or("/")
+                    .trim_start_matches('/');
+                let file = root.join(path);
+                match (!path.contains(".."), std::fs::read(&file)) {
+                    (true, Ok(body)) => {
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = s.write_all(&body);
+                    }
+                    _ => {
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn git_clones_over_http_through_the_proxy() {
+    let served = tempfile::tempdir().unwrap();
+    let src = served.path().join("src");
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let ok = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    std::fs::create_dir_all(&src).unwrap();
+    git(&["init", "-q"], &src);
+    std::fs::write(src.join("hello.txt"), "cloned through dsh\n").unwrap();
+    git(&["add", "."], &src);
+    git(&["commit", "-q", "-m", "one"], &src);
+    git(&["clone", "-q", "--bare", "src", "repo.git"], served.path());
+    git(&["update-server-info"], &served.path().join("repo.git"));
+    let port = file_server(served.path().to_path_buf());
+    let env = env_with(
+        &["net(git.test)"],
+        &[],
+        Some("127.0.0.2 git.test other.test\n"),
+    );
+    let v = env
+        .ok(&format!(
+            "git clone -q http://git.test:{port}/repo.git clone && cat clone/hello.txt"
+        ))
+        .await;
+    assert_eq!(code(&v), 0, "{v}");
+    assert_eq!(stdout(&v), "cloned through dsh\n", "{v}");
+    assert!(
+        decisions(&v)
+            .iter()
+            .all(|(h, d)| h == "git.test" && d == "allow"),
+        "{v}"
+    );
+    // The same repository under a name no rule allows.
+    let v = env
+        .ok(&format!(
+            "git clone -q http://other.test:{port}/repo.git clone2"
+        ))
+        .await;
+    assert_ne!(code(&v), 0, "{v}");
+    assert_eq!(
+        decisions(&v),
+        [("other.test".to_string(), "deny".to_string())],
+        "{v}"
+    );
+}
