@@ -71,6 +71,7 @@ mod book {
         Fleet: "fleet.md",
         View: "view.md",
         ShellSandboxHardening: "shell-sandbox-hardening.md",
+        Network: "network.md",
         Frameworks: "frameworks/README.md",
         FrameworkFastmcp: "frameworks/fastmcp.md",
         FrameworkLangchain: "frameworks/langchain.md",

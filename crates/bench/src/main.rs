@@ -6,6 +6,7 @@
 mod code_bench;
 mod fleet_bench;
 mod fs_bench;
+mod net_bench;
 mod pg_bench;
 mod pipeline_bench;
 mod report;
@@ -37,6 +38,7 @@ fn benches() -> Vec<&'static Bench> {
         fleet_bench::BENCHES,
         stream_bench::BENCHES,
         view_bench::BENCHES,
+        net_bench::BENCHES,
     ];
     lists.iter().flat_map(|l| l.iter()).collect()
 }

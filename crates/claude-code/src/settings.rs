@@ -75,15 +75,57 @@ impl PermissionLists {
                         "`permissions.{key}` holds {rule}, not a string"
                     )));
                 };
-                for translated in translate_rule(rule, places) {
+                for translated in translate_rule(rule, places)
+                    .into_iter()
+                    .chain(net_rule_of(rule))
+                {
                     if !list.contains(&translated) {
                         list.push(translated);
                     }
                 }
             }
         }
+        // The sandbox's allowed domains: `net(…)` allow rules (dsh's proxy enforces them).
+        if let Some(domains) = value.pointer("/sandbox/network/allowedDomains") {
+            let Value::Array(domains) = domains else {
+                return Err(ClaudeCodeError::Invalid(
+                    "`sandbox.network.allowedDomains` is not a list".into(),
+                ));
+            };
+            for domain in domains {
+                let Value::String(domain) = domain else {
+                    return Err(ClaudeCodeError::Invalid(format!(
+                        "`sandbox.network.allowedDomains` holds {domain}, not a string"
+                    )));
+                };
+                let rule = format!("net({})", domain.trim());
+                if !self.allow.contains(&rule) {
+                    self.allow.push(rule);
+                }
+            }
+        }
         Ok(())
     }
+}
+
+/// `WebFetch(domain:HOST)` also names the network destination `net(HOST)`: what a command
+/// may reach through dsh's proxy.
+///
+/// ```
+/// use dsh_claude_code::settings::{PermissionLists, Places};
+/// let mut lists = PermissionLists::default();
+/// let text = r#"{"permissions": {"allow": ["WebFetch(domain:docs.rs)"]},
+///               "sandbox": {"network": {"allowedDomains": ["*.npmjs.org"]}}}"#;
+/// lists.add_json(text, Places::default()).unwrap();
+/// assert_eq!(lists.allow, ["WebFetch(domain:docs.rs)", "net(docs.rs)", "net(*.npmjs.org)"]);
+/// ```
+fn net_rule_of(rule: &str) -> Option<String> {
+    let domain = rule
+        .trim()
+        .strip_prefix("WebFetch(domain:")?
+        .strip_suffix(')')?
+        .trim();
+    (!domain.is_empty()).then(|| format!("net({domain})"))
 }
 
 /// The tools a Claude Code rule's tool name binds.

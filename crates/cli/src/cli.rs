@@ -385,6 +385,10 @@ pub struct PipelineOptions {
     /// Let `shell` commands use the network (off by default).
     #[arg(long)]
     pub shell_network: bool,
+    /// With `net(…)` rules: resolve names from this hosts file (`ADDRESS NAME…` lines)
+    /// instead of the system resolver; a name mapped there counts as naming its address.
+    #[arg(long, value_name = "FILE")]
+    pub net_hosts: Option<PathBuf>,
     /// Pass this variable of dsh's environment to `shell` commands, besides the core set
     /// (`PATH`, `HOME`, `LANG`, `LC_*`, `TERM`, `TZ`, `USER`, `LOGNAME`, `SHELL`, `TMPDIR`);
     /// `PREFIX*` passes a family (`CARGO_*`). Repeatable; adds to the policy's `[shell] env`.

@@ -392,7 +392,7 @@ async fn wire_onto(
     approval: Arc<dyn ApprovalResponder>,
 ) -> Result<(Harness, Option<dsh_session::Recovery>), CliError> {
     let registry = Arc::new(ToolRegistry::new());
-    register_tools(plan, &registry, &parts.toolset)?;
+    register_tools(plan, &registry, &parts.toolset, &approval)?;
     check_policy_names(plan, &registry)?;
     let recovery = open_logs(plan, parts).await?;
     if let Some(mcp) = &plan.mcp {
@@ -408,13 +408,14 @@ fn register_tools(
     plan: &Plan<'_>,
     registry: &Arc<ToolRegistry>,
     toolset: &FsToolset,
+    approval: &Arc<dyn ApprovalResponder>,
 ) -> Result<(), CliError> {
     let builtins = match plan.profile {
         ProfileArg::Dsh => registry.clone(),
         ProfileArg::ClaudeCode => Arc::new(ToolRegistry::new()),
     };
     register_run_code(&builtins, plan)?;
-    register_shell(&builtins, plan)?;
+    register_shell(&builtins, plan, approval)?;
     toolset
         .register(&builtins)
         .map_err(|e| CliError::Start(format!("registering the file tools: {e}")))?;
@@ -568,9 +569,13 @@ fn register_run_code(registry: &ToolRegistry, plan: &Plan<'_>) -> Result<(), Cli
 }
 
 /// The `shell` tool, in the plan's sandbox, its deadlines capped by `--timeout-ms`.
-fn register_shell(registry: &ToolRegistry, plan: &Plan<'_>) -> Result<(), CliError> {
+fn register_shell(
+    registry: &ToolRegistry,
+    plan: &Plan<'_>,
+    approval: &Arc<dyn ApprovalResponder>,
+) -> Result<(), CliError> {
     let mut config = ShellConfig::new(&plan.root)
-        .sandbox(plan.sandbox.clone())
+        .sandbox(crate::net::asking(plan.sandbox.clone(), approval))
         .spill_dir(plan.spill_dir.clone());
     config.pass_env = plan.shell_env.clone();
     let mut limits = ShellLimits::default();

@@ -11,6 +11,7 @@ mod demo;
 mod error;
 mod fleet;
 mod harness;
+mod net;
 mod output;
 mod outside_paths;
 mod plan;

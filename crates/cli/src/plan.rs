@@ -276,5 +276,8 @@ fn sandbox(plan: &Plan<'_>, options: &PipelineOptions) -> Result<SandboxConfig, 
         }
         sandbox = sandbox.with_path_rules(crate::policy_paths::classifier(rules.merged.clone()));
     }
+    if let Some(proxy) = crate::net::proxy(options, plan.rules.as_ref().map(|r| &r.merged))? {
+        sandbox = sandbox.with_proxy(proxy);
+    }
     Ok(sandbox)
 }

@@ -25,6 +25,7 @@ pub mod error;
 pub mod event;
 pub mod hooks;
 pub mod live;
+pub mod net_rules;
 pub mod paths;
 pub mod policy;
 pub mod pool;

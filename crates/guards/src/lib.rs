@@ -37,6 +37,7 @@
 
 mod error;
 mod guard;
+mod net_policy;
 mod permissions;
 mod set;
 mod shell_policy;

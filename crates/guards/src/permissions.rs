@@ -499,6 +499,8 @@ pub struct PermissionRules {
     defaults_for: Arc<Vec<(String, RuleClass)>>,
     /// The `[shell]` table.
     shell: Arc<crate::shell_policy::ShellPolicy>,
+    /// The `net(…)` rules (`None`: there are none, and the proxy stays off).
+    net: Option<Arc<dsh_core::net_rules::NetRules>>,
 }
 
 /// The workspace root, as given and canonical: the policy is asked about resolved paths.
@@ -515,18 +517,36 @@ impl PermissionRules {
         let file: RulesFile =
             toml::from_str(text).map_err(|e| GuardsError::InvalidRules(e.to_string()))?;
         file.shell.check()?;
+        let (allow, net_allow) = crate::net_policy::split(file.allow);
+        let (ask, net_ask) = crate::net_policy::split(file.ask);
+        let (deny, net_deny) = crate::net_policy::split(file.deny);
+        let net = crate::net_policy::rules(&net_allow, &net_ask, &net_deny, &file.shell)?;
         let parse = |list: Vec<String>| -> Result<Vec<Rule>, GuardsError> {
             list.iter().map(|r| Rule::parse(r)).collect()
         };
         Ok(PermissionRules {
-            allow: Arc::new(parse(file.allow)?),
-            ask: Arc::new(parse(file.ask)?),
-            deny: Arc::new(parse(file.deny)?),
+            allow: Arc::new(parse(allow)?),
+            ask: Arc::new(parse(ask)?),
+            deny: Arc::new(parse(deny)?),
             root: None,
             default: file.default.unwrap_or_default(),
             defaults_for: Arc::default(),
             shell: Arc::new(file.shell),
+            net: net.map(Arc::new),
         })
+    }
+
+    /// The policy's network rules (`net(…)` in `allow`, `ask`, `deny`), with their own
+    /// default (`deny` unless `[shell] net_default` says otherwise). `None` when the policy
+    /// has none: then commands get no proxy (the network stays as `--shell-network` says).
+    pub fn net_rules(&self) -> Option<&dsh_core::net_rules::NetRules> {
+        self.net.as_deref()
+    }
+
+    /// Replaces the network rules (a profile's settings mapped onto `net(…)` rules).
+    pub fn with_net_rules(mut self, rules: Option<dsh_core::net_rules::NetRules>) -> Self {
+        self.net = rules.map(Arc::new);
+        self
     }
 
     /// The policy file's `[shell]` table (empty when it has none).

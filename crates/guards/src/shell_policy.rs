@@ -4,6 +4,7 @@
 //! ```toml
 //! [shell]
 //! env = ["VIRTUAL_ENV", "CARGO_*"]   # passed to commands besides the core set
+//! net_default = "deny"                # what `net(…)` rules give an unmatched destination
 //! ```
 
 use crate::error::GuardsError;
@@ -17,6 +18,10 @@ pub struct ShellPolicy {
     /// in `*` (`CARGO_*`).
     #[serde(default)]
     pub env: Vec<String>,
+    /// What a network destination no `net(…)` rule matches gets: `deny` unless set (the
+    /// policy's `default` never reaches the network).
+    #[serde(default)]
+    pub net_default: Option<crate::RuleClass>,
 }
 
 impl ShellPolicy {

@@ -100,6 +100,10 @@ pub struct SandboxConfig {
     pub hidden_paths: Vec<PathBuf>,
     /// Rules asked about every workspace entry at each call (see [`PathRules`]).
     pub path_rules: Option<PathRules>,
+    /// The network by policy (`net(…)` rules): with the network otherwise off, the command
+    /// gets a network namespace of its own with loopback only, and one port on it leads to
+    /// this proxy, which judges every connection (see the `net` module).
+    pub proxy: Option<dsh_net::NetProxy>,
     /// Testing: act as if the kernel had no Landlock (the call must then be `DENIED`).
     pub(crate) pretend_no_landlock: bool,
 }
@@ -131,6 +135,13 @@ impl SandboxConfig {
     /// Network on or off.
     pub fn with_network(mut self, network: bool) -> SandboxConfig {
         self.network = network;
+        self
+    }
+
+    /// Commands reach the network only through this proxy (ignored with the whole network on,
+    /// and in `full`).
+    pub fn with_proxy(mut self, proxy: dsh_net::NetProxy) -> SandboxConfig {
+        self.proxy = Some(proxy);
         self
     }
 

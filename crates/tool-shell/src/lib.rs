@@ -17,8 +17,13 @@
 //!
 //! Permission rules see the command's simple commands, parsed by tree-sitter-bash (`parse`).
 //!
-//! `unsafe` is denied in this crate and allowed in one module, `process/child.rs`: the fork
-//! and what runs between fork and exec.
+//! `unsafe` is denied in this crate and allowed in two modules: `process/child.rs`, the fork
+//! and what runs between fork and exec, and `process/child_net.rs`, the network namespace's
+//! loopback and the listener handed to dsh (`SCM_RIGHTS`).
+//!
+//! With `net(…)` rules ([`SandboxConfig::with_proxy`]), a command's only way out of its own
+//! network namespace is a port on its loopback that leads to dsh's proxy (`dsh-net`): see
+//! `net.rs` and the book's chapter "The network by policy" (`docs/src/network.md`).
 //!
 //! ## The parts
 //!
@@ -58,6 +63,7 @@ mod env;
 mod error;
 mod git_dirs;
 mod limits;
+mod net;
 mod parse;
 mod process;
 mod sandbox;

@@ -436,6 +436,7 @@ impl ShellTool {
             report_w: -1,
             control_r: -1,
             landlock_fd: None,
+            net: None,
             namespaces: prepared.namespaces,
             mount_proc: prepared.mount_proc,
             sandboxed: prepared.sandboxed,
@@ -605,14 +606,30 @@ impl ToolDefinition for ShellTool {
             limits.tmp_bytes,
         )
         .map_err(|why| self.denied(why))?;
+        let call_net =
+            crate::net::CallNet::new(&self.config.sandbox).map_err(|why| self.denied(why))?;
         let mut bounds =
             CallLimits::prepare(limits, prepared.sandboxed).map_err(|why| self.denied(why))?;
         let mut launch = self.plan(&command, &workdir, &private, prepared)?;
         launch.plan.rlimits = bounds.rlimits.clone();
         launch.plan.cgroup_procs = bounds.procs_fds();
+        if let Some(net) = &call_net {
+            net.apply(&mut launch);
+        }
         let launched = process::launch(launch, limits.kill_grace).await;
         bounds.forked();
         let mut running = launched.map_err(|e| self.launch_failure(e))?;
+        let call_proxy = match call_net {
+            Some(net) => match net.serve().await {
+                Ok(proxy) => Some(proxy),
+                // The keeper's report says why; without the proxy the command has no way out.
+                Err(why) => {
+                    tracing::warn!(%why, "the network proxy did not start");
+                    None
+                }
+            },
+            None => None,
+        };
 
         let stdout = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
         let stderr = Arc::new(Mutex::new(Capture::new(limits.keep_head, limits.keep_tail)));
@@ -652,6 +669,11 @@ impl ToolDefinition for ShellTool {
             .finish(started + timeout, &ctx.signal)
             .await
             .map_err(|e| self.launch_failure(e))?;
+        // Every connection of the call ends with it.
+        let egress = match call_proxy {
+            Some(proxy) => Some(proxy.finish().await),
+            None => None,
+        };
         let mut spilled = Vec::new();
         for (handle, name) in std::mem::take(&mut readers.0)
             .into_iter()
@@ -769,6 +791,11 @@ impl ToolDefinition for ShellTool {
         }
         if self.config.sandbox.mode != SandboxMode::Full {
             meta.insert("unixSockets".into(), json!(UNIX_SOCKETS));
+        }
+        if let Some(egress) = &egress {
+            let mut net_meta = Map::new();
+            crate::net::record(egress, &mut net_meta, &mut report.notes);
+            meta.extend(net_meta);
         }
         let value = report.value(&self.workspace);
         meta.insert("exitCode".into(), value["exitCode"].clone());

@@ -102,6 +102,11 @@ fn add_settings_rules(
             CliError::Usage(format!("Claude Code settings {}: {e}", file.display()))
         })?;
     }
+    // `net(…)` rules (from `WebFetch(domain:…)` and the sandbox's allowed domains) join the
+    // policy's network rules.
+    let (lists, net) = crate::net::split_settings(lists);
+    let merged_net = crate::net::merge_rules(rules, &net)?;
+    *rules = std::mem::take(rules).with_net_rules(merged_net);
     for (class, list) in [
         (RuleClass::Allow, &lists.allow),
         (RuleClass::Ask, &lists.ask),

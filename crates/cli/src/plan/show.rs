@@ -198,6 +198,8 @@ fn sandbox(plan: &Plan<'_>) -> String {
     };
     let network = if s.network {
         "network on"
+    } else if s.proxy.is_some() && s.mode != SandboxMode::Full {
+        "network only through dsh's proxy, by the policy's net(…) rules"
     } else {
         "network off"
     };

@@ -293,6 +293,7 @@ fn keeper(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
             .copied()
             .unwrap_or(plan.stdin_null),
         plan.cgroup_procs.get(1).copied().unwrap_or(plan.stdin_null),
+        plan.net.map_or(plan.stdin_null, |n| n.channel),
     ];
     close_all_except(&mut keep);
     // The call's cgroups, joined before anything else is forked: every process of the call
@@ -350,6 +351,11 @@ fn keeper(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
             if let Err((stage, e)) = apply_mount(op) {
                 fail(plan, stage, index, e);
             }
+        }
+        if let Some(net) = plan.net
+            && let Err((step, e)) = super::child_net::loopback_and_listen(net.channel, net.port)
+        {
+            fail(plan, Stage::Network, step, e);
         }
     } else {
         // No namespaces (`full`): a subreaper keeps every orphan in reach.

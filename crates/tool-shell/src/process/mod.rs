@@ -17,6 +17,7 @@
 //!   the control pipe (which only dsh holds) as the order to kill everything.
 
 pub(crate) mod child;
+pub(crate) mod child_net;
 pub(crate) mod plan;
 pub(crate) mod report;
 mod spawner;

@@ -66,6 +66,8 @@ pub(crate) enum Stage {
     Rlimit = 26,
     /// Joining the call's cgroup (writing `cgroup.procs`; the index names which).
     Cgroup = 27,
+    /// The network namespace's loopback and the proxy's port in it (`child_net.rs`).
+    Network = 28,
 }
 
 impl Stage {
@@ -100,6 +102,7 @@ impl Stage {
             Tmpfs,
             Rlimit,
             Cgroup,
+            Network,
         ]
         .get(usize::from(n))
         .copied()
@@ -137,6 +140,7 @@ impl Stage {
             Stage::Tmpfs => "mounting the private temp folder (tmpfs)",
             Stage::Rlimit => "a resource limit (setrlimit)",
             Stage::Cgroup => "joining the call's cgroup",
+            Stage::Network => "the network namespace's loopback and the proxy's port",
         }
     }
 
@@ -196,6 +200,16 @@ pub(crate) struct Namespaces {
     pub mounts: Vec<MountOp>,
 }
 
+/// The network by policy: the keeper brings the namespace's loopback up, listens on
+/// `127.0.0.1:port` and hands the listener to dsh over `channel`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NetSetup {
+    /// dsh's Unix socket (the keeper's end).
+    pub channel: RawFd,
+    /// The port inside the namespace.
+    pub port: u16,
+}
+
 /// Everything the forked processes use.
 #[derive(Debug)]
 pub(crate) struct ChildPlan {
@@ -213,6 +227,8 @@ pub(crate) struct ChildPlan {
     pub control_r: RawFd,
     /// The Landlock ruleset, when sandboxed.
     pub landlock_fd: Option<RawFd>,
+    /// The network by policy, when the command gets it.
+    pub net: Option<NetSetup>,
     /// None: no namespaces (`full`).
     pub namespaces: Option<Namespaces>,
     /// Mount a fresh `/proc` in the PID namespace.

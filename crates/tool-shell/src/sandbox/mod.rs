@@ -264,12 +264,17 @@ pub(crate) fn prepare(
     if config.mode == SandboxMode::WorkspaceWrite {
         writable.push(workspace);
     }
+    // The network by policy (`crate::net`): a namespace of its own, TCP only, through dsh's
+    // proxy.
+    let proxied = crate::net::proxied(config);
     let landlock = landlock::ruleset(&landlock::Rules {
         writable,
-        network_off: !config.network,
+        network_off: !config.network && !proxied,
     })?;
     let mut seccomp = vec![always_filter()?];
-    if !config.network {
+    if proxied {
+        seccomp.push(crate::net::filter()?);
+    } else if !config.network {
         seccomp.push(network_filter()?);
     }
     // The command keeps its own uid and gid inside the user namespace.
@@ -280,7 +285,7 @@ pub(crate) fn prepare(
         .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
         .map_err(|e| format!("/proc is not readable: {e}"))?;
     let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
-    if !config.network && !landlock::scopes_abstract_sockets() {
+    if proxied || (!config.network && !landlock::scopes_abstract_sockets()) {
         // Without Landlock's scoping, only a network namespace keeps abstract Unix sockets
         // (and anything the seccomp filter might miss) inside.
         flags |= libc::CLONE_NEWNET;

@@ -1,0 +1,267 @@
+//! The network by policy through `dsh run`: `net(…)` rules in the policy and `--net-hosts`
+//! give shell commands the allowed hosts through dsh's proxy, and nothing else; every attempt
+//! is in the logged result's `meta.egress`, which `dsh check` accepts; `ask` goes to the
+//! approver; `--shell-network` keeps its meaning (the whole network, no proxy). Servers
+//! listen on 127.0.0.2 only.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+
+fn http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let body = "hello through dsh\n";
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+fn shell_calls(dir: &Path, calls: &[(&str, String)]) -> std::path::PathBuf {
+    let tool_calls: Vec<_> = calls
+        .iter()
+        .map(|(id, command)| {
+            json!({"id": id, "type": "function",
+                   "function": {"name": "shell", "arguments": json!({"command": command}).to_string()}})
+        })
+        .collect();
+    let line = json!({"role": "assistant", "content": "", "tool_calls": tool_calls}).to_string();
+    transcript(dir, "t.jsonl", &[&line])
+}
+
+/// The logged result's meta of call `id`.
+fn result_meta(log: &Path, id: &str) -> Value {
+    log_events(log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result" && e["data"]["callId"] == id)
+        .inspect(|e| {
+            let text = e.to_string();
+            assert!(
+                text.contains("egress"),
+                "no egress in the result of {id}: {text}"
+            );
+        })
+        .unwrap_or_else(|| panic!("no result for {id}"))
+}
+
+fn setup(dir: &Path, policy: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let policy_file = dir.join("policy.toml");
+    std::fs::write(&policy_file, policy).unwrap();
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "127.0.0.2 pkg.test other.test ask.test\n").unwrap();
+    (ws, policy_file, hosts)
+}
+
+#[test]
+fn commands_reach_allowed_hosts_only_and_every_attempt_is_logged() {
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    // `allow = ["*"]` and the default `allow` do not reach the network.
+    let (ws, policy, hosts) = setup(dir.path(), "allow = [\"*\", \"net(pkg.test)\"]\n");
+    let t = shell_calls(
+        dir.path(),
+        &[
+            (
+                "ok",
+                format!("curl -sS --max-time 20 http://pkg.test:{port}/"),
+            ),
+            (
+                "denied",
+                format!("curl -sS --max-time 20 -f http://other.test:{port}/"),
+            ),
+            (
+                "direct",
+                format!("curl -sS --max-time 5 -f --noproxy '*' http://127.0.0.2:{port}/"),
+            ),
+        ],
+    );
+    let log = dir.path().join("s.jsonl");
+    let r = run(
+        &t,
+        &ws,
+        &log,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--net-hosts",
+            hosts.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.tool_content("ok").contains("hello through dsh"),
+        "{}",
+        r.tool_content("ok")
+    );
+    let denied = r.tool_content("denied");
+    assert!(!denied.contains("hello through dsh"), "{denied}");
+    assert!(
+        denied.contains("other.test"),
+        "the model is told which host was refused: {denied}"
+    );
+    assert!(!r.tool_content("direct").contains("hello through dsh"));
+    let ok = result_meta(&log, "ok").to_string();
+    assert!(
+        ok.contains("\"decision\":\"allow\"") && ok.contains("net(pkg.test)"),
+        "{ok}"
+    );
+    let denied = result_meta(&log, "denied").to_string();
+    assert!(
+        denied.contains("\"decision\":\"deny\"") && denied.contains("egressRefused"),
+        "{denied}"
+    );
+    let c = check(&log);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+}
+
+#[test]
+fn ask_goes_to_the_approver() {
+    let port = http_server();
+    for (approve, reached) in [("allow", true), ("deny", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (ws, policy, hosts) = setup(dir.path(), "ask = [\"net(ask.test)\"]\n");
+        let t = shell_calls(
+            dir.path(),
+            &[(
+                "a",
+                format!(
+                    "curl -sS --max-time 20 -f http://ask.test:{port}/ && curl -sS --max-time 20 -f http://ask.test:{port}/"
+                ),
+            )],
+        );
+        let log = dir.path().join("s.jsonl");
+        let r = run(
+            &t,
+            &ws,
+            &log,
+            &[
+                "--policy",
+                policy.to_str().unwrap(),
+                "--net-hosts",
+                hosts.to_str().unwrap(),
+                "--approve",
+                approve,
+            ],
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let content = r.tool_content("a");
+        assert_eq!(
+            content.matches("hello through dsh").count(),
+            if reached { 2 } else { 0 },
+            "--approve {approve}: {content}"
+        );
+        if !reached {
+            assert!(result_meta(&log, "a").to_string().contains("declined"));
+        }
+    }
+}
+
+#[test]
+fn shell_network_keeps_its_meaning() {
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, policy, _) = setup(dir.path(), "allow = [\"net(pkg.test)\"]\n");
+    let t = shell_calls(
+        dir.path(),
+        &[(
+            "d",
+            format!("curl -sS --max-time 20 --noproxy '*' http://127.0.0.2:{port}/"),
+        )],
+    );
+    let log = dir.path().join("s.jsonl");
+    let r = run(
+        &t,
+        &ws,
+        &log,
+        &["--policy", policy.to_str().unwrap(), "--shell-network"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.tool_content("d").contains("hello through dsh"),
+        "{}",
+        r.tool_content("d")
+    );
+}
+
+#[test]
+fn claude_code_settings_map_onto_net_rules() {
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, _, hosts) = setup(dir.path(), "");
+    let settings = dir.path().join("settings.json");
+    std::fs::write(
+        &settings,
+        r#"{"permissions": {"allow": ["WebFetch(domain:pkg.test)"]},
+            "sandbox": {"network": {"allowedDomains": ["ask.test"]}}}"#,
+    )
+    .unwrap();
+    let t = shell_calls(
+        dir.path(),
+        &[
+            (
+                "fetch",
+                format!("curl -sS --max-time 20 -f http://pkg.test:{port}/"),
+            ),
+            (
+                "domain",
+                format!("curl -sS --max-time 20 -f http://ask.test:{port}/"),
+            ),
+            (
+                "other",
+                format!("curl -sS --max-time 20 -f http://other.test:{port}/"),
+            ),
+        ],
+    );
+    let log = dir.path().join("s.jsonl");
+    let r = run(
+        &t,
+        &ws,
+        &log,
+        &[
+            "--claude-settings",
+            settings.to_str().unwrap(),
+            "--net-hosts",
+            hosts.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.tool_content("fetch").contains("hello through dsh"),
+        "{}",
+        r.tool_content("fetch")
+    );
+    assert!(
+        r.tool_content("domain").contains("hello through dsh"),
+        "{}",
+        r.tool_content("domain")
+    );
+    assert!(
+        !r.tool_content("other").contains("hello through dsh"),
+        "{}",
+        r.tool_content("other")
+    );
+}

@@ -1,0 +1,406 @@
+//! The network by policy: a command with `net(…)` rules reaches allowed hosts through dsh's
+//! proxy (curl over plain HTTP, over CONNECT to a TLS server, through SOCKS5), and nothing
+//! else: denied hosts, IP literals, names resolving to loopback, Host and SNI mismatches are
+//! refused and recorded in `meta.egress`; direct connects, UDP and DNS, unset proxy variables,
+//! SOCKS5 to a denied host and a relay inside the sandbox gain nothing. Servers listen on
+//! 127.0.0.2 only.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod common;
+
+use common::*;
+use dsh_core::net_rules::{NetClass, NetRules};
+use dsh_net::{HostsFile, NetProxy};
+use dsh_tool_shell::SandboxConfig;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+
+/// A tiny HTTP server on 127.0.0.2: every request gets `hello from PATH`.
+fn http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                let body = format!("hello from {path}\n");
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+/// `openssl s_server` on 127.0.0.2 with a certificate for `pkg.test`; killed on drop.
+struct TlsServer {
+    child: Child,
+    port: u16,
+    cert: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_server() -> TlsServer {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=pkg.test",
+        ])
+        .args(["-addext", "subjectAltName=DNS:pkg.test"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl is needed for the TLS server");
+    assert!(made.success());
+    let port = {
+        let l = TcpListener::bind("127.0.0.2:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = Command::new("openssl")
+        .args(["s_server", "-www", "-accept"])
+        .arg(format!("127.0.0.2:{port}"))
+        .arg("-cert")
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for it to listen.
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.2", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    TlsServer {
+        child,
+        port,
+        cert,
+        _dir: dir,
+    }
+}
+
+fn env_with(allow: &[&str], deny: &[&str], hosts: Option<&str>) -> Env {
+    let rules = NetRules::new(allow, &[], deny, NetClass::Deny).unwrap();
+    let proxy = NetProxy::new(rules, hosts.map(|h| HostsFile::parse(h).unwrap()));
+    Env::new(SandboxConfig::workspace_write().with_proxy(proxy))
+}
+
+const HOSTS: &str = "127.0.0.2 pkg.test other.test\n";
+
+fn egress(v: &Value) -> Vec<Value> {
+    v["meta"]["egress"].as_array().cloned().unwrap_or_default()
+}
+
+fn decisions(v: &Value) -> Vec<(String, String)> {
+    egress(v)
+        .iter()
+        .map(|e| {
+            (
+                e["host"].as_str().unwrap_or("").to_string(),
+                e["decision"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_allowed_host_works_over_http_connect_and_socks5() {
+    let port = http_server();
+    let tls = tls_server();
+    let env = env_with(&["net(pkg.test)"], &[], Some(HOSTS));
+    let v = env
+        .ok(&format!(
+            "curl -sS --max-time 20 http://pkg.test:{port}/plain && \
+             curl -sS --max-time 20 --cacert {} https://pkg.test:{}/ | head -c 9 && echo && \
+             curl -sS --max-time 20 --socks5-hostname 127.0.0.1:3128 http://pkg.test:{port}/socks",
+            tls.cert.display(),
+            tls.port
+        ))
+        .await;
+    assert_eq!(code(&v), 0, "{v}");
+    let out = stdout(&v);
+    assert!(out.contains("hello from /plain"), "{v}");
+    assert!(
+        out.contains("<HTML>"),
+        "the TLS server answered through CONNECT: {v}"
+    );
+    assert!(out.contains("hello from /socks"), "{v}");
+    let e = egress(&v);
+    let via: Vec<&str> = e.iter().map(|r| r["via"].as_str().unwrap()).collect();
+    assert_eq!(via, ["HTTP", "CONNECT", "SOCKS5"], "{v}");
+    for r in &e {
+        assert_eq!(r["decision"], "allow", "{v}");
+        assert_eq!(r["rule"], "net(pkg.test)", "{v}");
+        assert!(r["bytesDown"].as_u64().unwrap() > 0, "{v}");
+    }
+    assert_eq!(v["meta"]["networkProxy"], true);
+}
+
+#[tokio::test]
+async fn denied_hosts_literals_loopback_names_and_mismatches_are_refused() {
+    let port = http_server();
+    let tls = tls_server();
+    let env = env_with(&["net(pkg.test)"], &[], Some(HOSTS));
+    let cases = [
+        (
+            "denied host",
+            format!("curl -sS --max-time 20 -f http://other.test:{port}/"),
+            "other.test",
+        ),
+        (
+            "ip literal",
+            format!("curl -sS --max-time 20 -f http://127.0.0.2:{port}/"),
+            "127.0.0.2",
+        ),
+        (
+            "host mismatch",
+            format!(
+                "curl -sS --max-time 20 -f -H 'Host: other.test:{port}' http://pkg.test:{port}/"
+            ),
+            "pkg.test",
+        ),
+        (
+            "sni mismatch",
+            format!(
+                "echo | openssl s_client -proxy 127.0.0.1:3128 -connect pkg.test:{} -servername other.test -CAfile {} 2>&1; exit 1",
+                tls.port,
+                tls.cert.display()
+            ),
+            "pkg.test",
+        ),
+    ];
+    for (what, command, host) in cases {
+        let v = env.ok(&command).await;
+        assert_ne!(code(&v), 0, "{what}: `{command}` got through: {v}");
+        let d = decisions(&v);
+        assert!(
+            d.contains(&(host.to_string(), "deny".to_string())),
+            "{what}: {v}"
+        );
+        assert!(d.iter().all(|(_, dec)| dec == "deny"), "{what}: {v}");
+        assert!(
+            v["meta"]["egressRefused"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()),
+            "{what}: {v}"
+        );
+    }
+    // A name that resolves to loopback (the system resolver) needs a rule naming the address.
+    let env = env_with(&["net(localhost)"], &[], None);
+    let v = env
+        .ok(&format!(
+            "curl -sS --max-time 20 -f http://localhost:{port}/"
+        ))
+        .await;
+    assert_ne!(code(&v), 0, "{v}");
+    let reason = egress(&v)[0]["reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("loopback"), "{v}");
+}
+
+#[tokio::test]
+async fn walking_around_the_proxy_gains_nothing() {
+    let port = http_server();
+    let env = env_with(&["net(pkg.test)"], &[], Some(HOSTS));
+    let relay = "perl -MIO::Socket::INET -e '$l=IO::Socket::INET->new(LocalAddr=>\"127.0.0.1:8888\",Listen=>5,ReuseAddr=>1) or die; \
+        if(!fork){while($c=$l->accept){$u=IO::Socket::INET->new(\"127.0.0.1:3128\") or die; \
+        if(!fork){while(sysread($c,$b,65536)){syswrite($u,$b)} exit} while(sysread($u,$b,65536)){syswrite($c,$b)} close $c} exit}' ; sleep 0.3";
+    let attempts = [
+        (
+            "direct connect",
+            format!("echo hi > /dev/tcp/127.0.0.2/{port}"),
+        ),
+        (
+            "direct curl",
+            format!("curl -sS --max-time 10 -f --noproxy '*' http://127.0.0.2:{port}/"),
+        ),
+        (
+            "unset proxy variables",
+            format!(
+                "env -u http_proxy -u HTTP_PROXY -u ALL_PROXY -u all_proxy curl -sS --max-time 10 -f http://pkg.test:{port}/"
+            ),
+        ),
+        ("udp", "echo hi > /dev/udp/127.0.0.2/53".to_string()),
+        (
+            "dns",
+            "perl -MSocket -e 'socket(S, PF_INET, SOCK_DGRAM, 0) or die \"$!\"'".to_string(),
+        ),
+        ("getent", "getent hosts pkg.test".to_string()),
+        (
+            "socks5 to a denied host",
+            format!(
+                "curl -sS --max-time 10 -f --socks5-hostname 127.0.0.1:3128 http://other.test:{port}/"
+            ),
+        ),
+        (
+            "relay inside",
+            format!(
+                "{relay}; curl -sS --max-time 10 -f -x http://127.0.0.1:8888 http://other.test:{port}/"
+            ),
+        ),
+        (
+            "icmp",
+            "perl -MSocket -e 'socket(S, PF_INET, SOCK_DGRAM, 1) or die \"$!\"'".to_string(),
+        ),
+    ];
+    for (what, command) in attempts {
+        let v = env.ok(&command).await;
+        assert_ne!(code(&v), 0, "{what}: `{command}` got through: {v}");
+        assert!(
+            decisions(&v).iter().all(|(_, d)| d == "deny"),
+            "{what}: an attempt was allowed: {v}"
+        );
+        if what == "socks5 to a denied host" || what == "relay inside" {
+            assert_eq!(
+                decisions(&v),
+                [("other.test".to_string(), "deny".to_string())],
+                "{what}: {v}"
+            );
+        }
+    }
+}
+
+/// A static file server on 127.0.0.2 for `root` (git's "dumb" HTTP protocol needs no more).
+fn file_server(root: std::path::PathBuf) -> u16 {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/");
+                let path = path
+                    .split('?')
+                    .next()
+                    .unwrap_or("/")
+                    .trim_start_matches('/');
+                let file = root.join(path);
+                match (!path.contains(".."), std::fs::read(&file)) {
+                    (true, Ok(body)) => {
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = s.write_all(&body);
+                    }
+                    _ => {
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn git_clones_over_http_through_the_proxy() {
+    let served = tempfile::tempdir().unwrap();
+    let src = served.path().join("src");
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let ok = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    std::fs::create_dir_all(&src).unwrap();
+    git(&["init", "-q"], &src);
+    std::fs::write(src.join("hello.txt"), "cloned through dsh\n").unwrap();
+    git(&["add", "."], &src);
+    git(&["commit", "-q", "-m", "one"], &src);
+    git(&["clone", "-q", "--bare", "src", "repo.git"], served.path());
+    git(&["update-server-info"], &served.path().join("repo.git"));
+    let port = file_server(served.path().to_path_buf());
+    let env = env_with(
+        &["net(git.test)"],
+        &[],
+        Some("127.0.0.2 git.test other.test\n"),
+    );
+    let v = env
+        .ok(&format!(
+            "git clone -q http://git.test:{port}/repo.git clone && cat clone/hello.txt"
+        ))
+        .await;
+    assert_eq!(code(&v), 0, "{v}");
+    assert_eq!(stdout(&v), "cloned through dsh\n", "{v}");
+    assert!(
+        decisions(&v)
+            .iter()
+            .all(|(h, d)| h == "git.test" && d == "allow"),
+        "{v}"
+    );
+    // The same repository under a name no rule allows.
+    let v = env
+        .ok(&format!(
+            "git clone -q http://other.test:{port}/repo.git clone2"
+        ))
+        .await;
+    assert_ne!(code(&v), 0, "{v}");
+    assert_eq!(
+        decisions(&v),
+        [("other.test".to_string(), "deny".to_string())],
+        "{v}"
+    );
+}
