@@ -791,6 +791,7 @@ impl ToolDefinition for ShellTool {
         }
         if self.config.sandbox.mode != SandboxMode::Full {
             meta.insert("unixSockets".into(), json!(UNIX_SOCKETS));
+            meta.insert("landlock".into(), sandbox::landlock_report());
         }
         if let Some(egress) = &egress {
             let mut net_meta = Map::new();

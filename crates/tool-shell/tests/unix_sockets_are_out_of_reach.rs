@@ -50,6 +50,16 @@ async fn no_socket_is_reached(env: &Env) {
             .is_some_and(|s| s.contains("AF_UNIX")),
         "the meta says what held: {v}"
     );
+    // Issue 28, break 4: what Landlock holds on this kernel is in the meta, and every right
+    // its ABI lacks is named (ABI 2 refer, 3 truncate, 4 tcp, 5 ioctl_dev, 6 scopes).
+    let abi = v["meta"]["landlock"]["abi"]
+        .as_u64()
+        .expect("meta.landlock.abi");
+    assert!((1..=6).contains(&abi), "{v}");
+    let gaps = v["meta"]["landlock"]["notHeldByLandlock"]
+        .as_array()
+        .expect("meta.landlock.notHeldByLandlock");
+    assert_eq!(gaps.len() as u64, 6 - abi, "one gap per missing ABI: {v}");
 }
 
 #[tokio::test]

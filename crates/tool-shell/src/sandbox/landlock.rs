@@ -43,6 +43,57 @@ pub(crate) fn scopes_abstract_sockets() -> bool {
     })
 }
 
+/// What this kernel's Landlock holds, for the result's meta: its ABI and the rights a
+/// best-effort ruleset silently goes without on it. The read-only mounts of the world stand
+/// in for most of them (a file outside the writable folders cannot be truncated or renamed
+/// on a read-only mount whatever Landlock does); the meta says which are Landlock's own gap.
+pub(crate) fn kernel_report() -> serde_json::Value {
+    static REPORT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    REPORT
+        .get_or_init(|| {
+            let abi = kernel_abi();
+            let gaps: Vec<&str> = [
+                (2, "refer: linking or renaming a file into another folder"),
+                (3, "truncate: truncating a file it may read but not write"),
+                (4, "tcp: bind and connect (the network filter still holds)"),
+                (5, "ioctl_dev: ioctl on devices"),
+                (
+                    6,
+                    "scope: abstract Unix sockets and signals outside the sandbox",
+                ),
+            ]
+            .into_iter()
+            .filter(|(needs, _)| abi < *needs)
+            .map(|(_, what)| what)
+            .collect();
+            serde_json::json!({ "abi": abi, "notHeldByLandlock": gaps })
+        })
+        .clone()
+}
+
+/// The newest Landlock ABI this kernel offers (0: none), probed once by asking for each
+/// ABI's rights as a hard requirement.
+fn kernel_abi() -> u8 {
+    let versions = [
+        (6, ABI::V6),
+        (5, ABI::V5),
+        (4, ABI::V4),
+        (3, ABI::V3),
+        (2, ABI::V2),
+        (1, ABI::V1),
+    ];
+    versions
+        .into_iter()
+        .find(|(_, abi)| {
+            Ruleset::default()
+                .set_compatibility(CompatLevel::HardRequirement)
+                .handle_access(AccessFs::from_all(*abi))
+                .and_then(|r| r.create())
+                .is_ok()
+        })
+        .map_or(0, |(n, _)| n)
+}
+
 /// Builds the ruleset and answers its descriptor, or why Landlock cannot be used.
 pub(crate) fn ruleset(rules: &Rules<'_>) -> Result<OwnedFd, String> {
     let err = |e: landlock::RulesetError| format!("Landlock: {e}");

@@ -237,6 +237,11 @@ fn always_filter() -> Result<BpfProgram, String> {
     FILTER.get_or_init(seccomp::always).clone()
 }
 
+/// This kernel's Landlock ABI and the rights it lacks (the result's `meta.landlock`).
+pub(crate) fn landlock_report() -> serde_json::Value {
+    landlock::kernel_report()
+}
+
 /// Prepares the sandbox of one call. `protected` are the paths the tool itself keeps
 /// read-only (`.git/hooks`, `.git/config`, the spill folder). An `Err` names what is missing;
 /// the call is then `DENIED`.
