@@ -736,7 +736,9 @@ pub async fn serve_stdio(
             let _ = session.cancel(dsh_scheduler::CancelTarget::Session);
         }
     });
-    server.serve((stdin, tokio::io::stdout()), shutdown).await
+    // Lines that are not JSON-RPC messages are answered (`-32700`/`-32600`), not dropped.
+    let transport = crate::stdio_lines::FilteredLines::new(stdin, tokio::io::stdout());
+    server.serve(transport, shutdown).await
 }
 
 /// A reader that calls `on_end` once, when its input ends (or fails).
