@@ -18,6 +18,7 @@ mod replay;
 mod run;
 mod serve;
 mod serve_refusal;
+mod serve_view;
 mod shell_env;
 mod store;
 mod tools;

@@ -47,6 +47,7 @@ mod server;
 mod stateless;
 mod stdio_lines;
 mod tools;
+mod view;
 
 pub use admission::{MCP_PATH, SESSION_LIMIT_CODE};
 pub use approval::ElicitingApprover;
@@ -59,3 +60,4 @@ pub use stateless::{
     MAX_SESSION_NAME, SESSION_HEADER, SESSION_META_KEY, StatelessSessions, valid_session_name,
 };
 pub use tools::{CONTEXT_FIELD, mcp_result, mcp_tools};
+pub use view::{RELOAD_SECS, VIEW_COOKIE, serve_view};

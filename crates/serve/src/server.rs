@@ -202,6 +202,15 @@ async fn open_released(
     }
 }
 
+/// The scope (token) the HTTP guard gave the request a call came in.
+fn request_scope(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::http_guard::SessionScope>())
+        .map(|scope| scope.0.clone())
+}
+
 /// The `Mcp-Session-Id` of the HTTP request a call came in (rmcp puts the request's parts in
 /// the context's extensions).
 fn mcp_session_id(context: &RequestContext<RoleServer>) -> Option<String> {
@@ -383,9 +392,13 @@ impl DshServer {
                         let id = match named {
                             Some(id) => id.clone(),
                             // The log's name is not the `Mcp-Session-Id`: whoever can list
-                            // the folder learns nothing that reaches the session.
+                            // the folder learns nothing that reaches the session. It starts
+                            // with the token's scope, so `--view` shows it to that token only.
                             None => match mcp_session_id(context) {
-                                Some(_) => private_log_id(),
+                                Some(_) => match request_scope(context) {
+                                    Some(scope) => format!("{scope}-{}", private_log_id()),
+                                    None => private_log_id(),
+                                },
                                 None => {
                                     return Err(SchedulerError::Unavailable(
                                         "the request names no MCP session (Mcp-Session-Id)".into(),
