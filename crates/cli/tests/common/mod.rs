@@ -135,6 +135,7 @@ pub fn log_events(log: &Path) -> Vec<Value> {
         .collect()
 }
 pub mod pg;
+pub mod runner;
 pub mod serve;
 pub mod stdio;
 
