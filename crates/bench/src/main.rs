@@ -29,7 +29,7 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 10] = [
+    let lists: [&'static [Bench]; 11] = [
         pipeline_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
