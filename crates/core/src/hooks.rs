@@ -346,6 +346,14 @@ pub enum ApprovalAnswer {
 pub trait ApprovalResponder: Send + Sync {
     /// Answers one request.
     async fn respond(&self, request: &ApprovalRequest) -> Result<ApprovalAnswer, HookError>;
+
+    /// Whether it can answer a question that comes up in the middle of a running call (a
+    /// command's connection to a host under an `ask` rule), not only one asked before a call
+    /// starts. `false` makes such questions refusals that say what to add to the policy
+    /// rather than questions. `true` unless a responder says otherwise.
+    fn asks_mid_call(&self) -> bool {
+        true
+    }
 }
 
 /// The handlers of every hook point, in the order they run.
