@@ -341,3 +341,54 @@ fn a_stateless_serve_client_is_not_asked_mid_call_the_refusal_names_the_rule() {
     );
     assert_eq!(check(&log).code, 0);
 }
+
+/// A proxied call that fails the way sandbox refusals look: the sandbox's note says the
+/// network goes only through dsh's proxy and names the hosts it refused (not "network off");
+/// `meta.network` keeps meaning the whole network (false) beside `networkProxy: true`.
+#[test]
+fn the_sandbox_note_of_a_proxied_call_names_the_proxy_and_the_refused_hosts() {
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, policy, hosts) = setup(dir.path(), "allow = [\"net(pkg.test)\"]\n");
+    // The refused host, then an error the sandbox note keys on (as ssh prints it).
+    let t = shell_calls(
+        dir.path(),
+        &[(
+            "a",
+            format!(
+                "curl -sS --max-time 20 -f http://other.test:{port}/; \
+                 echo 'ssh: connect to host other.test port 22: Permission denied' >&2; exit 1"
+            ),
+        )],
+    );
+    let log = dir.path().join("s.jsonl");
+    let r = run(
+        &t,
+        &ws,
+        &log,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--net-hosts",
+            hosts.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let content = r.tool_content("a");
+    assert!(content.contains("may have refused this"), "{content}");
+    assert!(
+        content.contains("network only through dsh's proxy")
+            && content.contains("by the policy's net(…) rules; it refused other.test"),
+        "{content}"
+    );
+    assert!(
+        !content.contains("network off") && !content.contains("have no network"),
+        "{content}"
+    );
+    let meta = result_meta(&log, "a");
+    let meta = meta.to_string();
+    assert!(
+        meta.contains("\"network\":false") && meta.contains("\"networkProxy\":true"),
+        "{meta}"
+    );
+}
