@@ -1,9 +1,11 @@
 //! `cargo run --release -p dsh-bench -- NAME...` runs scenario benchmarks and prints one JSON
 //! object per figure: `{"bench": NAME, "metric": M, "value": V, "unit": U}`.
-//! `-- --list` lists the names; `-- all` runs every one marked for the default run.
+//! `-- --list` lists the names; `-- all` runs every one marked for the default run;
+//! `-- compare [--baseline FILE] [NAME...]` runs them against `baseline.json` (see `compare`).
 #![allow(clippy::print_stdout, clippy::print_stderr, missing_docs)]
 
 mod code_bench;
+mod compare;
 mod fleet_bench;
 mod fs_bench;
 mod net_bench;
@@ -62,6 +64,9 @@ fn main() {
             eprintln!("not in `all`: {}", skipped.join(", "));
         }
         return;
+    }
+    if args.first().is_some_and(|a| a == "compare") {
+        std::process::exit(compare::run(&args[1..], &all));
     }
     let mut unknown = Vec::new();
     for arg in &args {

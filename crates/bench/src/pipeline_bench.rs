@@ -137,6 +137,20 @@ impl ResultObserver for Count {
     }
 }
 
+/// [`Count`] that says it never blocks (the opt-in: observers then run inline).
+struct InlineCount(Arc<AtomicUsize>);
+impl ResultObserver for InlineCount {
+    fn name(&self) -> &str {
+        "count"
+    }
+    fn observe(&self, _r: &dsh_core::FrozenResult) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    fn may_block(&self) -> bool {
+        false
+    }
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -170,6 +184,8 @@ async fn full_harness() -> Harness {
 enum GuardKind {
     NonBlocking,
     MayBlock,
+    /// Non-blocking guard, and the observer opts in to running inline (a second figure).
+    AllInline,
 }
 
 async fn full_harness_with(guard: GuardKind) -> Harness {
@@ -188,7 +204,10 @@ async fn pass_through_harness(
     hooks.pre_execute(PassPre);
     hooks.around(PassAround);
     hooks.post_execute(PassPost);
-    hooks.observe(Count(Arc::new(AtomicUsize::new(0))));
+    match guard {
+        GuardKind::AllInline => hooks.observe(InlineCount(Arc::new(AtomicUsize::new(0)))),
+        _ => hooks.observe(Count(Arc::new(AtomicUsize::new(0)))),
+    };
     let harness = must(
         HarnessBuilder::new(registry).hooks(hooks).build().await,
         "harness",
@@ -200,7 +219,9 @@ async fn pass_through_harness(
             .register({
                 let pass: fn(&GuardCall) -> GuardVerdict = |_c| GuardVerdict::Abstain;
                 match guard {
-                    GuardKind::NonBlocking => FnGuard::non_blocking("pass", pass),
+                    GuardKind::NonBlocking | GuardKind::AllInline => {
+                        FnGuard::non_blocking("pass", pass)
+                    }
                     GuardKind::MayBlock => FnGuard::new("pass", pass),
                 }
             })
@@ -272,6 +293,10 @@ fn overhead() {
         rt.block_on(rt.spawn(overhead_from_a_task(GuardKind::MayBlock))),
         "bench task",
     );
+    let (mut inline, _) = must(
+        rt.block_on(rt.spawn(overhead_from_a_task(GuardKind::AllInline))),
+        "bench task",
+    );
     // The same steps awaited by `block_on` on a thread outside the runtime (a
     // `#[tokio::main]` body): every step then also wakes that thread.
     let mut outside = rt.block_on(async {
@@ -289,6 +314,13 @@ fn overhead() {
     emit(b, "floor_p50_us", floor_p50, "us");
     emit(b, "ratio_to_floor", p50 / floor_p50, "ratio");
     emit(b, "blocking_guard_p50_us", quantile(&mut pooled, 0.5), "us");
+    // The opt-in: the observer says it never blocks (`ResultObserver::may_block`).
+    emit(
+        b,
+        "inline_observer_p50_us",
+        quantile(&mut inline, 0.5),
+        "us",
+    );
     emit(b, "block_on_p50_us", quantile(&mut outside, 0.5), "us");
     emit(b, "block_on_p99_us", quantile(&mut outside, 0.99), "us");
 }

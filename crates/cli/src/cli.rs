@@ -312,6 +312,11 @@ pub struct ServeArgs {
     /// `NAME:PORT` (a load balancer's address, in front of a fleet) is accepted with that port.
     #[arg(long, value_name = "NAME", requires = "http")]
     pub allow_host: Vec<String>,
+    /// With `--http`: also serve each session's page (the page of `dsh view`, reloading as
+    /// the log grows) on ADDR, behind the same Host/Origin checks and tokens; a token sees
+    /// only its own sessions (see `docs/src/view.md`).
+    #[arg(long, value_name = "ADDR", requires = "http")]
+    pub view: Option<String>,
     /// Print what this command line means on stderr (the tools, the rules, the hooks, the MCP
     /// servers, the shell's sandbox, the log, dsh's own files) and exit 0 without starting
     /// anything: no log is opened, no server started, no tool run.

@@ -532,12 +532,19 @@ async fn build_harness(
         builder = builder.protect(file);
     }
     builder
+        .config(pipeline_config())
         .hooks(hooks)
         .timeout(timeout)
         .approval(approval)
         .build()
         .await
         .map_err(|e| CliError::Start(e.to_string()))
+}
+
+/// The pipeline's limits and timeouts; its approval timeout also bounds the network proxy's
+/// questions about hosts under `ask`.
+fn pipeline_config() -> dsh_scheduler::PipelineConfig {
+    dsh_scheduler::PipelineConfig::default()
 }
 
 /// The claude-code profile's tools, each over the built-in of `builtins` it stands on.
@@ -575,7 +582,11 @@ fn register_shell(
     approval: &Arc<dyn ApprovalResponder>,
 ) -> Result<(), CliError> {
     let mut config = ShellConfig::new(&plan.root)
-        .sandbox(crate::net::asking(plan.sandbox.clone(), approval))
+        .sandbox(crate::net::asking(
+            plan.sandbox.clone(),
+            approval,
+            pipeline_config().approval_timeout,
+        ))
         .spill_dir(plan.spill_dir.clone());
     config.pass_env = plan.shell_env.clone();
     let mut limits = ShellLimits::default();

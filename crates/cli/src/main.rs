@@ -20,6 +20,7 @@ mod replay;
 mod run;
 mod serve;
 mod serve_refusal;
+mod serve_view;
 mod serve_watchdog;
 mod shell_env;
 mod shell_limits;

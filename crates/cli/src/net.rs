@@ -11,6 +11,7 @@ use dsh_net::{HostsFile, NetAsker, NetProxy};
 use dsh_tool_shell::SandboxConfig;
 use serde_json::json;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The proxy for the policy's `net(…)` rules; `None` without any, or with `--shell-network`
 /// (the whole network, no proxy: what that flag has always meant).
@@ -35,13 +36,20 @@ pub(crate) fn proxy(
     Ok(Some(NetProxy::new(net.clone(), hosts)))
 }
 
-/// The sandbox with its proxy asking `approval` about hosts under `ask`.
+/// The sandbox with its proxy asking `approval` about hosts under `ask`, each question
+/// bounded by `timeout` (the pipeline's approval timeout). A responder that cannot answer in
+/// the middle of a call ([`ApprovalResponder::asks_mid_call`], `dsh serve`'s) is not asked:
+/// such a host is refused with a reason naming the host and the rule to add.
 pub(crate) fn asking(
     mut sandbox: SandboxConfig,
     approval: &Arc<dyn ApprovalResponder>,
+    timeout: Duration,
 ) -> SandboxConfig {
     if let Some(proxy) = sandbox.proxy.take() {
-        sandbox.proxy = Some(proxy.with_asker(Arc::new(Asker(approval.clone()))));
+        let asker: Option<Arc<dyn NetAsker>> = approval
+            .asks_mid_call()
+            .then(|| Arc::new(Asker(approval.clone())) as Arc<dyn NetAsker>);
+        sandbox.proxy = Some(proxy.with_asker(asker, timeout));
     }
     sandbox
 }
@@ -109,4 +117,102 @@ pub(crate) fn merge_rules(
     base.extended(&net[0], &net[1], &net[2])
         .map(Some)
         .map_err(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use dsh_core::HookError;
+    use dsh_core::net_rules::{NetClass, NetRules};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A responder that never answers, and says whether it can be asked mid-call.
+    struct Silent {
+        mid_call: bool,
+        asked: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl ApprovalResponder for Silent {
+        async fn respond(&self, _request: &ApprovalRequest) -> Result<ApprovalAnswer, HookError> {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            std::future::pending().await
+        }
+
+        fn asks_mid_call(&self) -> bool {
+            self.mid_call
+        }
+    }
+
+    /// `GET http://ask.test/` through the proxy of `sandbox` (`ask = ["net(ask.test)"]`): the
+    /// refusal's reason, and how long it took.
+    async fn ask_through(sandbox: &SandboxConfig) -> (String, std::time::Duration) {
+        let proxy = sandbox.proxy.clone().expect("the sandbox has its proxy");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let call = proxy.serve(listener);
+        let started = std::time::Instant::now();
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET http://ask.test/ HTTP/1.1\r\nHost: ask.test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        let took = started.elapsed();
+        let report = call.finish().await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        let reason = report.records[0].reason.clone().unwrap_or_default();
+        assert!(answer.contains(&reason), "{answer} / {reason}");
+        (reason, took)
+    }
+
+    fn sandbox() -> SandboxConfig {
+        let rules = NetRules::new::<&str>(&[], &["net(ask.test)"], &[], NetClass::Deny).unwrap();
+        let hosts = dsh_net::HostsFile::parse("127.0.0.2 ask.test\n").unwrap();
+        let mut sandbox = SandboxConfig::workspace_write();
+        sandbox.proxy = Some(NetProxy::new(rules, Some(hosts)));
+        sandbox
+    }
+
+    #[tokio::test]
+    async fn a_responder_that_cannot_be_asked_mid_call_is_not_asked() {
+        let silent = Arc::new(Silent {
+            mid_call: false,
+            asked: AtomicUsize::new(0),
+        });
+        let approval: Arc<dyn ApprovalResponder> = silent.clone();
+        let sandbox = asking(sandbox(), &approval, Duration::from_secs(300));
+        let (reason, took) = ask_through(&sandbox).await;
+        assert!(
+            reason.contains("ask.test") && reason.contains("cannot be asked"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("add `net(ask.test)` to `allow`"),
+            "{reason}"
+        );
+        assert_eq!(silent.asked.load(Ordering::SeqCst), 0);
+        assert!(
+            took < Duration::from_secs(30),
+            "refused at once, not waited: {took:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_question_ends_at_the_approval_timeout_given() {
+        let silent = Arc::new(Silent {
+            mid_call: true,
+            asked: AtomicUsize::new(0),
+        });
+        let approval: Arc<dyn ApprovalResponder> = silent.clone();
+        let sandbox = asking(sandbox(), &approval, Duration::from_millis(300));
+        let (reason, took) = ask_through(&sandbox).await;
+        assert!(reason.contains("approval timeout"), "{reason}");
+        assert_eq!(silent.asked.load(Ordering::SeqCst), 1);
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(30), "{took:?}");
+    }
 }

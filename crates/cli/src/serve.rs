@@ -324,6 +324,13 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
             "serving MCP on http://{local}/mcp; logs: {}/<session-id>.jsonl",
             serving.folder.display()
         ));
+        let (view_stop, view_stopped) = tokio::sync::oneshot::channel::<()>();
+        let view = match &args.view {
+            Some(view_addr) => Some(
+                crate::serve_view::start(view_addr, &guard, &serving.folder, view_stopped).await?,
+            ),
+            None => None,
+        };
         let received = Arc::new(AtomicI32::new(0));
         let flag = received.clone();
         let stopping = serving.harness.clone();
@@ -346,6 +353,10 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
             stopping.shutdown().await;
         };
         let served = dsh_serve::serve_http_bounded(listener, guard, table, make, shutdown).await;
+        let _ = view_stop.send(());
+        if let Some(view) = view {
+            let _ = view.await;
+        }
         if let Some(hooks) = &serving.hooks {
             hooks.kill_all();
         }

@@ -128,10 +128,7 @@ fn tools_left_out_are_named_on_stderr_and_ambiguous_servers_refused() {
 }
 
 fn main() {
-    if std::env::var_os(SERVE).is_some() {
-        std::process::exit(dsh_mcp::test_server::main_exit_code());
-    }
-    let tests: [(&str, fn()); 2] = [
+    common::runner::main(&[
         (
             "read_only_mode_denies_mcp_tools_not_marked_read_only",
             read_only_mode_denies_mcp_tools_not_marked_read_only,
@@ -140,29 +137,5 @@ fn main() {
             "tools_left_out_are_named_on_stderr_and_ambiguous_servers_refused",
             tools_left_out_are_named_on_stderr_and_ambiguous_servers_refused,
         ),
-    ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        match std::panic::catch_unwind(test) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok");
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    ]);
 }

@@ -156,10 +156,7 @@ fn a_server_that_does_not_start_is_named() {
 }
 
 fn main() {
-    if std::env::var_os(SERVE).is_some() {
-        std::process::exit(dsh_mcp::test_server::main_exit_code());
-    }
-    let tests: [(&str, fn()); 2] = [
+    common::runner::main(&[
         (
             "mcp_tools_run_through_dsh_run",
             mcp_tools_run_through_dsh_run,
@@ -168,29 +165,5 @@ fn main() {
             "a_server_that_does_not_start_is_named",
             a_server_that_does_not_start_is_named,
         ),
-    ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        match std::panic::catch_unwind(test) {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok");
-            }
-            Err(_) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    ]);
 }

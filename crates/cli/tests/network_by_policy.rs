@@ -265,3 +265,130 @@ fn claude_code_settings_map_onto_net_rules() {
         r.tool_content("other")
     );
 }
+
+/// `dsh serve --http` with the client as approver (`--approve prompt`, the default): a client
+/// of the stateless 2026-07-28 era cannot be asked while its call runs, so a host under `ask`
+/// is refused at once, and the command (and the logged record) are told the host and the
+/// rule to add; no question goes out, and the call is not held up waiting for one.
+#[test]
+fn a_stateless_serve_client_is_not_asked_mid_call_the_refusal_names_the_rule() {
+    use common::serve::{HttpServe, post};
+    const TOKEN: &str = "token-of-the-net-ask-test";
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, policy, hosts) = setup(dir.path(), "ask = [\"net(ask.test)\"]\n");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let logs = dir.path().join("logs");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_dsh"));
+    command
+        .args(["serve", "--http", "127.0.0.1:0", "--workspace"])
+        .arg(&ws)
+        .arg("--log")
+        .arg(&logs)
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--net-hosts")
+        .arg(&hosts)
+        .arg("--token-file")
+        .arg(&tokens);
+    let mut serve = HttpServe::spawn(command);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "shell",
+        "arguments": {"command": format!("curl -sS --max-time 20 -i http://ask.test:{port}/")},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw-2026", "version": "1"},
+        },
+    }});
+    let auth = format!("Bearer {TOKEN}");
+    let answer = post(
+        &serve.addr,
+        &[
+            ("Authorization", auth.as_str()),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "shell"),
+        ],
+        &body,
+    )
+    .message();
+    let result = &answer["result"];
+    assert_ne!(result["resultType"], "input_required", "{answer}");
+    let text = result["content"].to_string();
+    assert!(!text.contains("hello through dsh"), "{text}");
+    assert!(text.contains("403"), "{text}");
+    assert!(
+        text.contains("ask.test is under `net(ask.test)` and this client cannot be asked"),
+        "{text}"
+    );
+    assert!(text.contains("add `net(ask.test)` to `allow`"), "{text}");
+    serve.terminate();
+    let log = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .expect("the session's log");
+    let result = log_events(&log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result")
+        .expect("the call's result");
+    let egress = result.to_string();
+    assert!(
+        egress.contains("\"egressRefused\":[\"ask.test\"]") && egress.contains("cannot be asked"),
+        "{egress}"
+    );
+    assert_eq!(check(&log).code, 0);
+}
+
+/// A proxied call that fails the way sandbox refusals look: the sandbox's note says the
+/// network goes only through dsh's proxy and names the hosts it refused (not "network off");
+/// `meta.network` keeps meaning the whole network (false) beside `networkProxy: true`.
+#[test]
+fn the_sandbox_note_of_a_proxied_call_names_the_proxy_and_the_refused_hosts() {
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, policy, hosts) = setup(dir.path(), "allow = [\"net(pkg.test)\"]\n");
+    // The refused host, then an error the sandbox note keys on (as ssh prints it).
+    let t = shell_calls(
+        dir.path(),
+        &[(
+            "a",
+            format!(
+                "curl -sS --max-time 20 -f http://other.test:{port}/; \
+                 echo 'ssh: connect to host other.test port 22: Permission denied' >&2; exit 1"
+            ),
+        )],
+    );
+    let log = dir.path().join("s.jsonl");
+    let r = run(
+        &t,
+        &ws,
+        &log,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--net-hosts",
+            hosts.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let content = r.tool_content("a");
+    assert!(content.contains("may have refused this"), "{content}");
+    assert!(
+        content.contains("network only through dsh's proxy")
+            && content.contains("by the policy's net(…) rules; it refused other.test"),
+        "{content}"
+    );
+    assert!(
+        !content.contains("network off") && !content.contains("have no network"),
+        "{content}"
+    );
+    let meta = result_meta(&log, "a");
+    let meta = meta.to_string();
+    assert!(
+        meta.contains("\"network\":false") && meta.contains("\"networkProxy\":true"),
+        "{meta}"
+    );
+}

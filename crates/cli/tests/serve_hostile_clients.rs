@@ -730,10 +730,7 @@ fn small_protocol_breaks() {
 }
 
 fn main() {
-    if std::env::var_os(SERVE).is_some() {
-        std::process::exit(dsh_mcp::test_server::main_exit_code());
-    }
-    let tests: [(&str, fn()); 7] = [
+    common::runner::main(&[
         (
             "named_sessions_are_bounded_and_released_when_idle",
             named_sessions_are_bounded_and_released_when_idle,
@@ -759,29 +756,5 @@ fn main() {
             an_ask_goes_on_the_stream_of_its_call,
         ),
         ("small_protocol_breaks", small_protocol_breaks),
-    ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        match std::panic::catch_unwind(test) {
-            Ok(()) => {
-                passed += 1;
-                eprintln!("test {name} ... ok");
-            }
-            Err(_) => {
-                failed += 1;
-                eprintln!("test {name} ... FAILED");
-            }
-        }
-    }
-    eprintln!("test result: {passed} passed; {failed} failed");
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    ]);
 }

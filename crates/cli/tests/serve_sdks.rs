@@ -189,39 +189,12 @@ fn garbage_and_a_vanished_client_leave_a_valid_log() {
 }
 
 fn main() {
-    if std::env::var_os(SERVE).is_some() {
-        std::process::exit(dsh_mcp::test_server::main_exit_code());
-    }
-    let tests: [(&str, fn()); 3] = [
+    common::runner::main(&[
         ("python_sdk_over_stdio", python_sdk_over_stdio),
         ("typescript_sdk_over_stdio", typescript_sdk_over_stdio),
         (
             "garbage_and_a_vanished_client_leave_a_valid_log",
             garbage_and_a_vanished_client_leave_a_valid_log,
         ),
-    ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in tests {
-        if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-            continue;
-        }
-        match std::panic::catch_unwind(test) {
-            Ok(()) => {
-                passed += 1;
-                eprintln!("test {name} ... ok");
-            }
-            Err(_) => {
-                failed += 1;
-                eprintln!("test {name} ... FAILED");
-            }
-        }
-    }
-    eprintln!("test result: {passed} passed; {failed} failed");
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    ]);
 }

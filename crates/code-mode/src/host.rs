@@ -21,7 +21,7 @@ use crate::bridge::{
 };
 use crate::error::CodeModeError;
 use crate::limits::CodeLimits;
-use crate::process::{Worker, WorkerCommand, describe};
+use crate::process::{Spare, Worker, WorkerCommand, describe};
 use crate::report::SubCallRecord;
 use dsh_core::dispatcher::RUN_CODE;
 use dsh_core::{
@@ -50,6 +50,8 @@ pub(crate) struct Workers {
     pub command: Option<WorkerCommand>,
     pub slots: Arc<Semaphore>,
     pub max_scripts: usize,
+    /// The worker the next script runs in, started ahead of time.
+    pub spare: Arc<Spare>,
 }
 
 impl Workers {
@@ -118,7 +120,7 @@ pub(crate) async fn run(
         biased;
         _ = ctx.signal.cancelled() => return done(ScriptEnd::Stopped(Stop::Cancelled)),
         _ = &mut timer => return done(ScriptEnd::Stopped(Stop::Deadline)),
-        started = Worker::start(&command, slot, max_line(limits)) => {
+        started = start_worker(workers, &command, slot, max_line(limits)) => {
             started.map_err(CodeModeError::Spawn)?
         }
     };
@@ -260,6 +262,25 @@ pub(crate) async fn run(
     drop(worker);
     let report = report.unwrap_or_else(|| EngineReport::bare(ScriptEnd::Stalled));
     Ok(Finished { report, calls })
+}
+
+/// The script's worker: the spare started ahead of time when there is one (a fresh process
+/// that has run nothing), else one started now; either way the next spare starts meanwhile.
+async fn start_worker(
+    workers: &Workers,
+    command: &WorkerCommand,
+    slot: tokio::sync::OwnedSemaphorePermit,
+    max_line: usize,
+) -> Result<Worker, String> {
+    let spare = workers.spare.take(command, max_line).await;
+    workers.spare.prepare(command, max_line);
+    match spare {
+        Some(mut worker) => {
+            worker.hold(slot);
+            Ok(worker)
+        }
+        None => Worker::start(command, slot, max_line).await,
+    }
 }
 
 fn dispatch(

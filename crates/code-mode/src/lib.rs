@@ -86,3 +86,10 @@ pub use worker::{WORKER_ARG, worker_main, worker_main_if_requested};
 pub fn live_engines() -> usize {
     process::live()
 }
+
+/// Process ids of the idle spare workers: each `RunCode` keeps the worker process its next
+/// script will run in started ahead of time (fresh, used by one script only). They run no
+/// script and are not counted by [`live_engines`].
+pub fn spare_workers() -> Vec<u32> {
+    process::spare_pids()
+}

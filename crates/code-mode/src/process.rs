@@ -104,6 +104,95 @@ pub(crate) struct Worker {
     /// The task reading stderr, until its end is read.
     stderr_read: Option<tokio::task::JoinHandle<()>>,
     held: Option<(LiveGuard, OwnedSemaphorePermit)>,
+    /// Its process id while it is an idle spare (listed in [`spare_pids`]).
+    spare: Option<u32>,
+}
+
+/// The worker process the next script of a [`crate::RunCode`] (and its clones) will run in,
+/// started ahead of time so a script does not wait for a process to start.
+///
+/// A spare is fresh: started after the script before it took the last one, it has run
+/// nothing, and it is used by one script only (scripts never share a process, so they cannot
+/// share state). It holds no script slot and is not counted by [`crate::live_engines`] until
+/// a script takes it. It lives in a task of the runtime that started it, which hands it over
+/// when asked: if that runtime is gone, so is the spare (killed with its task), and the
+/// script starts a worker of its own. Dropping every clone of the `RunCode` kills it.
+#[derive(Debug, Default)]
+pub(crate) struct Spare {
+    next: Mutex<Option<SpareHandle>>,
+}
+
+struct SpareHandle {
+    command: WorkerCommand,
+    max_line: usize,
+    ask: tokio::sync::oneshot::Sender<tokio::sync::oneshot::Sender<Worker>>,
+}
+
+impl std::fmt::Debug for SpareHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpareHandle")
+            .field("command", &self.command)
+            .finish()
+    }
+}
+
+/// Ids of the spare processes started and not yet taken by a script.
+static SPARES: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Ids of the idle spare worker processes (started ahead of the next script, not yet running
+/// one).
+pub(crate) fn spare_pids() -> Vec<u32> {
+    SPARES.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn forget_spare(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        SPARES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| *p != pid);
+    }
+}
+
+impl Spare {
+    /// The spare started with `command` (waiting for it to be ready if it is still starting),
+    /// if there is one; a spare started with another command is dropped (killed).
+    pub(crate) async fn take(&self, command: &WorkerCommand, max_line: usize) -> Option<Worker> {
+        let handle = self.next.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        if handle.command != *command || handle.max_line != max_line {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        handle.ask.send(tx).ok()?;
+        rx.await.ok()
+    }
+
+    /// Starts the next spare in the background (replacing one not yet taken).
+    pub(crate) fn prepare(&self, command: &WorkerCommand, max_line: usize) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (ask, asked) = tokio::sync::oneshot::channel::<tokio::sync::oneshot::Sender<Worker>>();
+        let started = command.clone();
+        runtime.spawn(async move {
+            let worker = match Worker::start_idle(&started, max_line, true).await {
+                Ok(worker) => worker,
+                Err(why) => {
+                    tracing::debug!(%why, "a spare script worker did not start");
+                    return;
+                }
+            };
+            // Kept here until a script asks; dropped (killed) when nobody will.
+            if let Ok(reply) = asked.await {
+                let _ = reply.send(worker);
+            }
+        });
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(SpareHandle {
+            command: command.clone(),
+            max_line,
+            ask,
+        });
+    }
 }
 
 impl Worker {
@@ -112,6 +201,26 @@ impl Worker {
         command: &WorkerCommand,
         slot: OwnedSemaphorePermit,
         max_line: usize,
+    ) -> Result<Worker, String> {
+        let mut worker = Self::start_idle(command, max_line, false).await?;
+        worker.hold(slot);
+        Ok(worker)
+    }
+
+    /// Gives a worker started by [`Worker::start_idle`] its script slot: from now on it counts
+    /// as a script's ([`crate::live_engines`]).
+    pub(crate) fn hold(&mut self, slot: OwnedSemaphorePermit) {
+        forget_spare(self.spare.take());
+        self.held = Some((LiveGuard::enter(), slot));
+    }
+
+    /// Starts `command` and waits for its hello, holding no script slot (a `spare` started
+    /// ahead of the next script is listed by [`spare_pids`] until a script takes it or it is
+    /// reaped; see [`Spare`]).
+    pub(crate) async fn start_idle(
+        command: &WorkerCommand,
+        max_line: usize,
+        spare: bool,
     ) -> Result<Worker, String> {
         let mut cmd = Command::new(&command.program);
         cmd.args(&command.args)
@@ -127,11 +236,16 @@ impl Worker {
                 command.program.display()
             )
         })?;
-        let held = Some((LiveGuard::enter(), slot));
+        let held = None;
+        let spare = if spare { child.id() } else { None };
+        if let Some(pid) = spare {
+            SPARES.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+        }
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             let _ = child.start_kill();
+            forget_spare(spare);
             return Err("the script worker's pipes were not set up".into());
         };
         let (to_child, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -154,6 +268,7 @@ impl Worker {
             stderr: kept,
             stderr_read: Some(stderr_read),
             held,
+            spare,
         };
         let hello = tokio::time::timeout(HELLO_TIMEOUT, worker.next()).await;
         match hello {
@@ -273,15 +388,20 @@ impl Drop for Worker {
         // Done or not, it ends now: a worker that answered is exiting anyway.
         let _ = child.start_kill();
         let held = self.held.take();
+        let spare = self.spare.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
                     let _ = child.wait().await;
                     drop(held);
+                    forget_spare(spare);
                 });
             }
             // No runtime to wait in: the kill is sent, and tokio reaps orphans.
-            Err(_) => drop(held),
+            Err(_) => {
+                drop(held);
+                forget_spare(spare);
+            }
         }
     }
 }

@@ -64,6 +64,7 @@ impl RunCode {
                 command: None,
                 slots: Arc::new(Semaphore::new(DEFAULT_MAX_SCRIPTS)),
                 max_scripts: DEFAULT_MAX_SCRIPTS,
+                spare: Arc::default(),
             },
         }
     }

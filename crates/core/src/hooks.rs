@@ -306,6 +306,14 @@ pub trait ResultObserver: Send + Sync {
     fn name(&self) -> &str;
     /// Sees the frozen result.
     fn observe(&self, result: &FrozenResult);
+    /// Whether [`ResultObserver::observe`] may block (wait on I/O, a lock, a person). True
+    /// unless the observer says otherwise: such observers run on the pipeline's user-code pool
+    /// under a deadline. When every observer says `false`, they run inline in the call's task,
+    /// without the two thread hand-offs (an observer that says `false` and blocks stalls an
+    /// async worker, as a non-blocking guard would). Asked once, when the pipeline is built.
+    fn may_block(&self) -> bool {
+        true
+    }
 }
 
 /// A request for one-shot approval of an `ask`.
@@ -338,6 +346,14 @@ pub enum ApprovalAnswer {
 pub trait ApprovalResponder: Send + Sync {
     /// Answers one request.
     async fn respond(&self, request: &ApprovalRequest) -> Result<ApprovalAnswer, HookError>;
+
+    /// Whether it can answer a question that comes up in the middle of a running call (a
+    /// command's connection to a host under an `ask` rule), not only one asked before a call
+    /// starts. `false` makes such questions refusals that say what to add to the policy
+    /// rather than questions. `true` unless a responder says otherwise.
+    fn asks_mid_call(&self) -> bool {
+        true
+    }
 }
 
 /// The handlers of every hook point, in the order they run.

@@ -24,6 +24,7 @@ pub mod dispatcher;
 pub mod error;
 pub mod event;
 pub mod hooks;
+pub mod inline;
 pub mod live;
 pub mod net_rules;
 pub mod paths;

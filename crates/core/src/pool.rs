@@ -53,6 +53,12 @@ use std::time::{Duration, Instant};
 /// How long a thread of the pool waits for work before it ends.
 const IDLE_EXIT: Duration = Duration::from_secs(10);
 
+/// How long a thread borrowed from tokio's blocking pool waits for the next job before it is
+/// given back. Short: the thread is tokio's (and, under a paused test clock, a running
+/// blocking task holds the clock back), but long enough that a stream of jobs does not hand
+/// a thread back and borrow it again, through tokio's pool lock, for every job.
+const BORROWED_LINGER: Duration = Duration::from_millis(2);
+
 /// Why a job gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
@@ -238,7 +244,8 @@ impl BlockingPool {
     }
 
     /// A pool whose jobs run on the current tokio runtime's blocking pool, at most
-    /// `max_threads` of its threads at once (a thread is given back as soon as no job waits).
+    /// `max_threads` of its threads at once (a thread is given back when no job came for a
+    /// couple of milliseconds).
     /// Code stuck past its deadline holds its tokio thread until it returns; when every one
     /// of the `max_threads` is stuck, new jobs are refused ([`PoolError::Full`]), so the
     /// runtime never loses more. Outside a runtime, threads of the pool's own are used.
@@ -388,7 +395,7 @@ impl BlockingPool {
             };
             let spawned = match runtime {
                 Some(runtime) => {
-                    // Given back as soon as no job waits: tokio's threads are shared.
+                    // Given back soon after no job waits: tokio's threads are shared.
                     drop(runtime.spawn_blocking(move || work(&worker, false)));
                     Ok(())
                 }
@@ -436,8 +443,9 @@ impl BlockingPool {
 }
 
 /// A worker thread: runs queued jobs until idle for [`IDLE_EXIT`] (when it may `linger`;
-/// otherwise as soon as no job waits) or the pool closes.
+/// otherwise [`BORROWED_LINGER`]) or the pool closes.
 fn work(inner: &Inner, linger: bool) {
+    let idle_exit = if linger { IDLE_EXIT } else { BORROWED_LINGER };
     let mut state = inner.state();
     loop {
         if let Some(job) = state.queue.pop_front() {
@@ -459,13 +467,13 @@ fn work(inner: &Inner, linger: bool) {
             state.running.remove(&job.id);
             continue;
         }
-        if state.closed || !linger {
+        if state.closed {
             break;
         }
         state.idle += 1;
         let (next, waited) = inner
             .work
-            .wait_timeout(state, IDLE_EXIT)
+            .wait_timeout(state, idle_exit)
             .unwrap_or_else(|e| e.into_inner());
         state = next;
         state.idle -= 1;

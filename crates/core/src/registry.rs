@@ -41,6 +41,8 @@ pub struct RegisteredTool {
     input_schema: Value,
     /// [`ToolDefinition::empty_means_absent`].
     empties: Vec<String>,
+    /// The synchronous methods known to be dsh's defaults (bits of [`crate::inline`]).
+    defaults: std::sync::atomic::AtomicU8,
 }
 
 impl fmt::Debug for RegisteredTool {
@@ -194,7 +196,24 @@ impl RegisteredTool {
             output,
             input_schema,
             empties,
+            defaults: std::sync::atomic::AtomicU8::new(0),
         })
+    }
+
+    /// Records that the methods `seen` (bits of [`crate::inline`], as
+    /// [`crate::inline::defaults_seen`] answered them for this tool's
+    /// [`ToolDefinition::concrete_type`]) ran dsh's default implementation.
+    pub fn learn_defaults(&self, seen: u8) {
+        if seen != 0 {
+            self.defaults
+                .fetch_or(seen, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// True when every method of `methods` (bits of [`crate::inline`]) is known to be dsh's
+    /// default, which never blocks: the pipeline may call them inline.
+    pub fn defaults_known(&self, methods: u8) -> bool {
+        self.defaults.load(std::sync::atomic::Ordering::Relaxed) & methods == methods
     }
 
     /// The definition.

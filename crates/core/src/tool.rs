@@ -402,6 +402,7 @@ pub trait ToolDefinition: Send + Sync + 'static {
 
     /// The presentation of the canonical value: what the model sees and the log keeps.
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
+        crate::inline::note::<Self>(crate::inline::PRESENT);
         match value {
             Value::String(s) => vec![ContentBlock::text(s.clone())],
             other => vec![ContentBlock::text(other.to_string())],
@@ -419,12 +420,23 @@ pub trait ToolDefinition: Send + Sync + 'static {
 
     /// Metadata persisted with a successful result (never shown to the model); none by default.
     fn result_meta(&self, _value: &Value) -> Option<Map<String, Value>> {
+        crate::inline::note::<Self>(crate::inline::RESULT_META);
         None
     }
 
     /// The last, pure, content-only invariant. Runs exactly once per result of this tool.
     fn finalize_content(&self, content: Vec<ContentBlock>) -> Vec<ContentBlock> {
+        crate::inline::note::<Self>(crate::inline::FINALIZE);
         content
+    }
+
+    /// The implementing type's identity, by which the pipeline learns that `present`,
+    /// `result_meta` and `finalize_content` are dsh's own defaults and may be called inline
+    /// (see [`crate::inline`]). Not meant to be overridden: an override that answers another
+    /// type's identity could have blocking code called on an async worker.
+    #[doc(hidden)]
+    fn concrete_type(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<Self>()
     }
 }
 

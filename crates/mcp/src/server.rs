@@ -396,6 +396,15 @@ impl McpServer {
         self: &Arc<Self>,
         signal: &Signal,
     ) -> Result<(Peer<RoleClient>, u64), ToolFailure> {
+        // The common case, a live connection nobody is (re)starting, needs no task: the
+        // spawn below exists only so that a start is never cut in half by a cancel.
+        if let Ok(mut live) = self.live.try_lock()
+            && !self.closed.load(Ordering::SeqCst)
+            && let Some(current) = live.as_mut()
+            && current.is_usable()
+        {
+            return Ok((current.client.peer().clone(), current.generation));
+        }
         let server = self.clone();
         let ready = tokio::spawn(async move { server.ensure_live().await });
         tokio::select! {

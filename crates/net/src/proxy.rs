@@ -37,8 +37,8 @@ pub struct ProxyLimits {
     pub handshake_timeout: Duration,
     /// How long connecting to a destination may take (10 s).
     pub connect_timeout: Duration,
-    /// How long an `ask` waits for its answer before the connection is refused (300 s, the
-    /// pipeline's approval timeout).
+    /// How long an `ask` waits for its answer before the connection is refused (300 s; dsh
+    /// sets the pipeline's approval timeout, see [`NetProxy::with_asker`]).
     pub ask_timeout: Duration,
 }
 
@@ -119,15 +119,24 @@ impl NetProxy {
         }
     }
 
-    /// The same proxy, asking `asker` about destinations under `ask` (a fresh session
-    /// memory of answers).
-    pub fn with_asker(&self, asker: Arc<dyn NetAsker>) -> NetProxy {
+    /// The same proxy, asking `asker` about destinations under `ask` (without one, `ask` is a
+    /// refusal naming the rule to add), each question waiting at most `ask_timeout` (the
+    /// pipeline's approval timeout); a fresh session memory of answers.
+    pub fn with_asker(&self, asker: Option<Arc<dyn NetAsker>>, ask_timeout: Duration) -> NetProxy {
         NetProxy::with(
             self.shared.rules.clone(),
             self.shared.hosts.clone(),
-            Some(asker),
-            self.shared.limits.clone(),
+            asker,
+            ProxyLimits {
+                ask_timeout,
+                ..self.shared.limits.clone()
+            },
         )
+    }
+
+    /// The bounds it works within.
+    pub fn limits(&self) -> &ProxyLimits {
+        &self.shared.limits
     }
 
     /// The rules it judges by.

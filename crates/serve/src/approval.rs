@@ -253,4 +253,13 @@ impl ApprovalResponder for ElicitingApprover {
             Err(e) => reject(format!("the MCP client's elicitation failed: {e}")),
         }
     }
+
+    /// `false`: a question from inside a running command (a connection to a host under
+    /// `ask`) belongs to no request of a client. A client of the stateless 2026-07-28 era can
+    /// be asked only by the answer to its own request, which the running call has not given
+    /// yet, and the proxy's questions name no agent whose client could be elicited. Such
+    /// hosts are refused with a reason naming the `net(…)` rule to add.
+    fn asks_mid_call(&self) -> bool {
+        false
+    }
 }

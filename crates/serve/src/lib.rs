@@ -21,7 +21,9 @@
 //!   (accept: allowed once; decline or cancel: `DENIED`), and `DENIED` when it did not
 //!   ([`ElicitingApprover`], the harness's approval responder).
 //!
-//! Over stdio one client is served on one session ([`serve_stdio`]). Over MCP's streamable
+//! Over stdio one client is served on one session ([`serve_stdio`]); a line that is not a
+//! JSON-RPC message gets a `-32700` (not JSON) or `-32600` (not a message) reply with id `null`
+//! and the next line is served. Over MCP's streamable
 //! HTTP transport ([`serve_http`]) every client session (its `Mcp-Session-Id`) gets its own
 //! [`DshServer::per_client`], which opens a session of one shared harness on its first call
 //! (one log per client session); every request passes the [`HttpGuard`] (Host, Origin, bearer
@@ -45,7 +47,9 @@ pub mod http_guard;
 mod limits;
 mod server;
 mod stateless;
+mod stdio_lines;
 mod tools;
+mod view;
 
 pub use admission::{MCP_PATH, SESSION_LIMIT_CODE};
 pub use approval::ElicitingApprover;
@@ -59,3 +63,4 @@ pub use stateless::{
     MAX_SESSION_NAME, SESSION_HEADER, SESSION_META_KEY, StatelessSessions, valid_session_name,
 };
 pub use tools::{CONTEXT_FIELD, mcp_result, mcp_tools};
+pub use view::{RELOAD_SECS, VIEW_COOKIE, serve_view};

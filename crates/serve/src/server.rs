@@ -207,6 +207,15 @@ async fn open_released(
     }
 }
 
+/// The scope (token) the HTTP guard gave the request a call came in.
+fn request_scope(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::http_guard::SessionScope>())
+        .map(|scope| scope.0.clone())
+}
+
 /// The `Mcp-Session-Id` of the HTTP request a call came in (rmcp puts the request's parts in
 /// the context's extensions).
 fn mcp_session_id(context: &RequestContext<RoleServer>) -> Option<String> {
@@ -392,13 +401,17 @@ impl DshServer {
                         let id = match named {
                             Some(id) => id.clone(),
                             // The log's name is not the `Mcp-Session-Id`: whoever can list
-                            // the folder learns nothing that reaches the session.
+                            // the folder learns nothing that reaches the session. It starts
+                            // with the token's scope, so `--view` shows it to that token only.
                             // A 2025-11-25 client that names its dsh session (`Dsh-Session`)
                             // continues it on any node of a fleet; an unnamed one is its own.
                             None => match mcp_session_id(context) {
                                 Some(_) => match crate::fleet_names::named(context) {
                                     Ok(Some(id)) => id,
-                                    Ok(None) => private_log_id(),
+                                    Ok(None) => match request_scope(context) {
+                                        Some(scope) => format!("{scope}-{}", private_log_id()),
+                                        None => private_log_id(),
+                                    },
                                     Err(why) => return Err(SchedulerError::Unavailable(why)),
                                 },
                                 None => {
@@ -763,7 +776,9 @@ pub async fn serve_stdio(
             let _ = session.cancel(dsh_scheduler::CancelTarget::Session);
         }
     });
-    server.serve((stdin, tokio::io::stdout()), shutdown).await
+    // Lines that are not JSON-RPC messages are answered (`-32700`/`-32600`), not dropped.
+    let transport = crate::stdio_lines::FilteredLines::new(stdin, tokio::io::stdout());
+    server.serve(transport, shutdown).await
 }
 
 /// A reader that calls `on_end` once, when its input ends (or fails).

@@ -13,6 +13,7 @@ use crate::sandbox::{self, PrivateDir};
 use crate::spill::{SpillDir, SpillFile};
 use async_trait::async_trait;
 use dsh_core::{ContentBlock, ErrorCode, SubjectKind, ToolContext, ToolDefinition, ToolFailure};
+use dsh_net::EgressReport;
 use serde_json::{Map, Value, json};
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -268,6 +269,30 @@ fn input_error(message: impl Into<String>) -> ToolFailure {
     ToolFailure::with_code(ErrorCode::ToolInputError, message)
 }
 
+/// How the "may have refused this" note names the call's network: the whole network (nothing
+/// said), only through dsh's proxy (naming the hosts it refused), or none.
+fn network_words(whole: bool, proxied: bool, egress: Option<&EgressReport>) -> (String, String) {
+    if whole {
+        return (String::new(), String::new());
+    }
+    if !proxied {
+        return (", network off".into(), ", and have no network".into());
+    }
+    let refused = egress.map(EgressReport::refused_hosts).unwrap_or_default();
+    let refused = if refused.is_empty() {
+        String::new()
+    } else {
+        format!("; it refused {}", refused.join(", "))
+    };
+    (
+        ", network only through dsh's proxy".into(),
+        format!(
+            ", and reach the network only through dsh's proxy, by the policy's net(…) \
+             rules{refused}"
+        ),
+    )
+}
+
 fn sandbox_refusal(text: &str) -> bool {
     [
         "Read-only file system",
@@ -504,6 +529,8 @@ impl ShellTool {
     ) -> Map<String, Value> {
         let mut meta = Map::new();
         meta.insert("sandbox".into(), json!(self.config.sandbox.mode.as_str()));
+        // The whole network (`--shell-network`), never the proxy's: a proxied call says
+        // `networkProxy: true` beside it (`net::record`).
         meta.insert("network".into(), json!(self.config.sandbox.network));
         let isolation = match fallback {
             None => json!("pid-namespace"),
@@ -754,21 +781,16 @@ impl ToolDefinition for ShellTool {
             && failed
             && (sandbox_refusal(&report.stderr.0) || sandbox_refusal(&report.stdout.0));
         if refused {
+            let (network, reach) = network_words(
+                self.config.sandbox.network,
+                crate::net::proxied(&self.config.sandbox),
+                egress.as_ref(),
+            );
             report.notes.push(format!(
-                "the sandbox ({}{}) may have refused this: commands may write only inside the \
-                 workspace and $TMPDIR (the .git folder and dsh's own files stay \
-                 read-only){}",
+                "the sandbox ({}{network}) may have refused this: commands may write only inside \
+                 the workspace and $TMPDIR (the .git folder and dsh's own files stay \
+                 read-only){reach}",
                 self.config.sandbox.mode.as_str(),
-                if self.config.sandbox.network {
-                    ""
-                } else {
-                    ", network off"
-                },
-                if self.config.sandbox.network {
-                    ""
-                } else {
-                    ", and have no network"
-                },
             ));
         }
         if ending.killed_leftovers && !ending.timed_out {

@@ -137,6 +137,7 @@ pub fn log_events(log: &Path) -> Vec<Value> {
 pub mod fleet;
 pub mod pg;
 pub mod procs;
+pub mod runner;
 pub mod serve;
 pub mod stdio;
 

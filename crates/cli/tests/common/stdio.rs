@@ -53,6 +53,22 @@ impl Client {
         stdin.flush().unwrap();
     }
 
+    /// Writes raw bytes (a hostile client's line, not necessarily JSON or UTF-8).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next message the server writes (a reply or a notification), within 60 s.
+    pub fn next_message(&mut self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("no message from dsh serve: {e}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
     /// Sends a request and waits for its response (skipping notifications), whole: `result`
     /// or `error`.
     pub fn exchange(&mut self, method: &str, params: Value) -> Value {

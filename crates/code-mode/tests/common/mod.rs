@@ -224,5 +224,10 @@ pub fn child_workers() -> Vec<u32> {
                 .and_then(|p| p.parse::<u32>().ok());
             ppid == Some(me) && comm.contains("dsh-code-worker")
         })
+        .collect::<Vec<u32>>()
+        .into_iter()
+        // The idle spare a `RunCode` starts ahead of its next script (listed from its start
+        // until a script takes it or it is reaped) has run nothing: not a script's process.
+        .filter(|pid| !dsh_code_mode::spare_workers().contains(pid))
         .collect()
 }

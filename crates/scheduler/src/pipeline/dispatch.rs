@@ -293,16 +293,29 @@ async fn present_with_meta(
     value: &Value,
 ) -> Result<(Vec<ContentBlock>, Option<serde_json::Map<String, Value>>), Candidate> {
     let definition = tool.definition().clone();
+    let both = dsh_core::inline::PRESENT | dsh_core::inline::RESULT_META;
+    if tool.defaults_known(both) {
+        // dsh's own defaults: they never block, so no hand-off (see `dsh_core::inline`).
+        return Ok((definition.present(value), definition.result_meta(value)));
+    }
     let name = definition.name().to_string();
     let value = value.clone();
     let deadline = pipeline.config.user_code_deadline;
-    let job = move |_: &Activity| (definition.present(&value), definition.result_meta(&value));
+    let job = move |_: &Activity| {
+        let concrete = definition.concrete_type();
+        dsh_core::inline::defaults_seen(concrete, || {
+            (definition.present(&value), definition.result_meta(&value))
+        })
+    };
     match pipeline
         .user_code
         .run(format!("present of `{name}`"), Some(deadline), job)
         .await
     {
-        Ok(content) => Ok(content),
+        Ok((content, seen)) => {
+            tool.learn_defaults(seen);
+            Ok(content)
+        }
         Err(PoolError::Panicked(message)) => Err(Candidate::failed(
             ErrorCode::ToolError,
             format!("the tool failed to present its result: {message}"),

@@ -124,6 +124,9 @@ pub struct Pipeline {
     pub(crate) policy: PathPolicies,
     /// Where user code the chain calls synchronously runs.
     pub(crate) user_code: BlockingPool,
+    /// Some `tools/result` observer may block (`ResultObserver::may_block`, asked once): they
+    /// run on the user-code pool; otherwise inline.
+    pub(crate) observers_may_block: bool,
     /// The workspace declared paths are resolved through before a body runs: the first
     /// pre-execute handler's that has one (the file tools' sandbox).
     pub(crate) confinement: Option<Arc<dyn Confinement>>,
@@ -138,6 +141,27 @@ impl fmt::Debug for Pipeline {
             .field("policy", &self.policy)
             .finish()
     }
+}
+
+/// The pool job calling `tool`'s `finalize_content` on `content`, noting whether it ran dsh's
+/// default (see `dsh_core::inline`).
+fn finalize_job(
+    tool: &RegisteredTool,
+    content: Vec<ContentBlock>,
+) -> impl FnOnce(&dsh_core::pool::Activity) -> (Vec<ContentBlock>, u8) + Send + 'static {
+    let definition = tool.definition().clone();
+    move |_| {
+        let concrete = definition.concrete_type();
+        dsh_core::inline::defaults_seen(concrete, || definition.finalize_content(content))
+    }
+}
+
+/// A pool job's answer without what it learned of `tool`'s defaults, which `tool` keeps.
+fn learn<T, E>(tool: &RegisteredTool, outcome: Result<(T, u8), E>) -> Result<T, E> {
+    outcome.map(|(answer, seen)| {
+        tool.learn_defaults(seen);
+        answer
+    })
 }
 
 /// What [`Pipeline::judge`] says of a call it did not run.
@@ -240,7 +264,12 @@ impl Pipeline {
             .iter()
             .find_map(|h| h.confinement());
         let user_code = BlockingPool::on_runtime("user-code", config.user_code_threads);
+        // An observer whose answer panics may block (the safe answer).
+        let observers_may_block = hooks.observers().iter().any(|o| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| o.may_block())).unwrap_or(true)
+        });
         Pipeline {
+            observers_may_block,
             confinement,
             registry,
             hooks,
@@ -465,15 +494,16 @@ impl Pipeline {
         let tool = self.registry.get(tool_name);
         let finalized = match &tool {
             Some(tool) if track.begin_finalize() => {
-                let definition = tool.definition().clone();
-                let content = snapshot.content.clone();
-                let job = move |_: &dsh_core::pool::Activity| definition.finalize_content(content);
-                let label = format!("finalize_content of `{tool_name}`");
-                finalize::Finalized::from_pool(
-                    self.user_code.run(label, Some(deadline), job).await,
-                    tool_name,
-                    deadline,
-                )
+                if tool.defaults_known(dsh_core::inline::FINALIZE) {
+                    // dsh's own default: it never blocks (see `dsh_core::inline`).
+                    let content = snapshot.content.clone();
+                    finalize::Finalized::Content(tool.definition().finalize_content(content))
+                } else {
+                    let job = finalize_job(tool, snapshot.content.clone());
+                    let label = format!("finalize_content of `{tool_name}`");
+                    let outcome = self.user_code.run(label, Some(deadline), job).await;
+                    finalize::Finalized::from_pool(learn(tool, outcome), tool_name, deadline)
+                }
             }
             Some(_) => finalize::Finalized::AlreadyCalled,
             None => finalize::Finalized::NoTool,
@@ -510,16 +540,15 @@ impl Pipeline {
         let snapshot = normalize::snapshot(&self.config, candidate);
         let deadline = self.config.user_code_deadline;
         let finalized = match self.registry.get(tool_name) {
-            Some(tool) => {
-                let definition = tool.definition().clone();
+            Some(tool) if tool.defaults_known(dsh_core::inline::FINALIZE) => {
                 let content = snapshot.content.clone();
-                let job = move |_: &dsh_core::pool::Activity| definition.finalize_content(content);
+                finalize::Finalized::Content(tool.definition().finalize_content(content))
+            }
+            Some(tool) => {
+                let job = finalize_job(&tool, snapshot.content.clone());
                 let label = format!("finalize_content of `{tool_name}`");
-                finalize::Finalized::from_pool(
-                    self.user_code.run_blocking(label, Some(deadline), job),
-                    tool_name,
-                    deadline,
-                )
+                let outcome = self.user_code.run_blocking(label, Some(deadline), job);
+                finalize::Finalized::from_pool(learn(&tool, outcome), tool_name, deadline)
             }
             None => finalize::Finalized::NoTool,
         };
