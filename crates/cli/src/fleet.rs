@@ -5,7 +5,7 @@
 use crate::cli::{Approve, ServeArgs, StoreSource};
 use crate::error::{CliError, EXIT_OK};
 use crate::output::note;
-use crate::serve::{limits, reload_tokens_on_sighup, tokens};
+use crate::serve::{HttpListening, limits, listen_http, reload_tokens_on_sighup, tokens};
 use clap::{Args, Subcommand};
 use dsh_core::ApprovalResponder;
 use dsh_serve::{
@@ -182,40 +182,12 @@ pub fn serve(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError>
         Approve::Allow | Approve::Deny => None,
     };
     rt.block_on(async {
-        let resolved: Vec<std::net::SocketAddr> = tokio::net::lookup_host(addr)
-            .await
-            .map_err(|e| CliError::Usage(format!("--http {addr}: {e}")))?
-            .collect();
-        let Some(bind) = resolved.first().copied() else {
-            return Err(CliError::Usage(format!("--http {addr}: names no address")));
-        };
-        let loopback = resolved.iter().all(|a| a.ip().is_loopback());
-        if tokens.is_empty() {
-            if !loopback {
-                return Err(CliError::Usage(format!(
-                    "--http {addr} is not a loopback address: anyone who can reach it could run \
-                     tools, so a bearer token is required (--token-file FILE, or DSH_SERVE_TOKEN)"
-                )));
-            }
-            note(
-                "warning: no bearer token (--token-file or DSH_SERVE_TOKEN): any local program \
-                 can call the tools",
-            );
-        }
-        use tokio::signal::unix::{SignalKind, signal};
-        let (mut int, mut term) = (|| {
-            Ok::<_, std::io::Error>((
-                signal(SignalKind::interrupt())?,
-                signal(SignalKind::terminate())?,
-            ))
-        })()
-        .map_err(|e| CliError::Start(format!("cannot watch for SIGINT and SIGTERM: {e}")))?;
-        let listener = tokio::net::TcpListener::bind(bind)
-            .await
-            .map_err(|e| CliError::Start(format!("--http {addr}: cannot listen: {e}")))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| CliError::Start(format!("--http {addr}: {e}")))?;
+        let HttpListening {
+            listener,
+            local,
+            mut int,
+            mut term,
+        } = listen_http(addr, tokens.is_empty()).await?;
         let owner = args
             .fleet
             .advertise

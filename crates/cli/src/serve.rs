@@ -261,40 +261,12 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
         Approve::Allow | Approve::Deny => None,
     };
     rt.block_on(async {
-        let resolved: Vec<std::net::SocketAddr> = tokio::net::lookup_host(addr)
-            .await
-            .map_err(|e| CliError::Usage(format!("--http {addr}: {e}")))?
-            .collect();
-        let Some(bind) = resolved.first().copied() else {
-            return Err(CliError::Usage(format!("--http {addr}: names no address")));
-        };
-        let loopback = resolved.iter().all(|a| a.ip().is_loopback());
-        if tokens.is_empty() {
-            if !loopback {
-                return Err(CliError::Usage(format!(
-                    "--http {addr} is not a loopback address: anyone who can reach it could run \
-                     tools, so a bearer token is required (--token-file FILE, or DSH_SERVE_TOKEN)"
-                )));
-            }
-            note(
-                "warning: no bearer token (--token-file or DSH_SERVE_TOKEN): any local program \
-                 can call the tools",
-            );
-        }
-        use tokio::signal::unix::{SignalKind, signal};
-        let (mut int, mut term) = (|| {
-            Ok::<_, std::io::Error>((
-                signal(SignalKind::interrupt())?,
-                signal(SignalKind::terminate())?,
-            ))
-        })()
-        .map_err(|e| CliError::Start(format!("cannot watch for SIGINT and SIGTERM: {e}")))?;
-        let listener = tokio::net::TcpListener::bind(bind)
-            .await
-            .map_err(|e| CliError::Start(format!("--http {addr}: cannot listen: {e}")))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| CliError::Start(format!("--http {addr}: {e}")))?;
+        let HttpListening {
+            listener,
+            local,
+            mut int,
+            mut term,
+        } = listen_http(addr, tokens.is_empty()).await?;
         private_folder(folder)?;
         let serving =
             match harness::start_many(&args.workspace, folder, &args.options, responder).await {
@@ -374,5 +346,59 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
             folder.display()
         ));
         Ok(0)
+    })
+}
+
+/// The listener of `dsh serve --http` and the signals that stop it.
+pub(crate) struct HttpListening {
+    pub listener: tokio::net::TcpListener,
+    pub local: std::net::SocketAddr,
+    pub int: tokio::signal::unix::Signal,
+    pub term: tokio::signal::unix::Signal,
+}
+
+/// Resolves and binds `addr` for `dsh serve --http` (both the log-folder server and a fleet
+/// node): a public address without a bearer token is refused, since anyone who reaches it
+/// could run tools; SIGINT and SIGTERM are watched before anything is served.
+pub(crate) async fn listen_http(addr: &str, no_tokens: bool) -> Result<HttpListening, CliError> {
+    let resolved: Vec<std::net::SocketAddr> = tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| CliError::Usage(format!("--http {addr}: {e}")))?
+        .collect();
+    let Some(bind) = resolved.first().copied() else {
+        return Err(CliError::Usage(format!("--http {addr}: names no address")));
+    };
+    let loopback = resolved.iter().all(|a| a.ip().is_loopback());
+    if no_tokens {
+        if !loopback {
+            return Err(CliError::Usage(format!(
+                "--http {addr} is not a loopback address: anyone who can reach it could run \
+                 tools, so a bearer token is required (--token-file FILE, or DSH_SERVE_TOKEN)"
+            )));
+        }
+        note(
+            "warning: no bearer token (--token-file or DSH_SERVE_TOKEN): any local program \
+             can call the tools",
+        );
+    }
+    use tokio::signal::unix::{SignalKind, signal};
+    let (int, term) = (|| {
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })()
+    .map_err(|e| CliError::Start(format!("cannot watch for SIGINT and SIGTERM: {e}")))?;
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| CliError::Start(format!("--http {addr}: cannot listen: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| CliError::Start(format!("--http {addr}: {e}")))?;
+    Ok(HttpListening {
+        listener,
+        local,
+        int,
+        term,
     })
 }
