@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::procs::{alive, descendants, signal};
 use common::*;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -51,13 +52,6 @@ fn spawn_dsh(args: &[&std::ffi::OsStr], setup: impl FnOnce(&mut Command)) -> Chi
     command.spawn().unwrap()
 }
 
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-}
-
 /// Waits until the session's log holds a `tool/call`.
 fn wait_for_a_call(url: &str, session: &str) {
     let started = Instant::now();
@@ -70,54 +64,6 @@ fn wait_for_a_call(url: &str, session: &str) {
             "the run never started its call"
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Every process below `root` (children, their children, …), read from /proc.
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent_of = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        if let Some(ppid) = after
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            parent_of.push((pid, ppid));
-        }
-    }
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let parent = found[i];
-        for &(pid, ppid) in &parent_of {
-            if ppid == parent && !found.contains(&pid) {
-                found.push(pid);
-            }
-        }
-        i += 1;
-    }
-    found.remove(0);
-    found
-}
-
-/// True while `pid` is a process that is not a zombie.
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rfind(')')
-            .map(|i| &stat[i + 1..])
-            .and_then(|s| s.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
     }
 }
 
