@@ -210,7 +210,8 @@ pub fn serve(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError>
         let serving =
             crate::harness::start_shared(&args.workspace, &store, &label, &args.options, responder)
                 .await?;
-        let mut guard = HttpGuard::new().with_tokens(&tokens);
+        // Its advertised address is the `Host` of an answer another node forwards here.
+        let mut guard = HttpGuard::new().with_tokens(&tokens).allow_host(&owner);
         for host in &args.allow_host {
             guard = guard.allow_host(host);
         }

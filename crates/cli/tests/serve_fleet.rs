@@ -9,8 +9,10 @@
 //!   killed call is closed (it may have finished); nothing acknowledged is lost.
 //! - Two clients racing on one session through different nodes: serialised by the lease, none
 //!   lost or duplicated.
-//! - A stateless-era `ask` issued on node A and answered through node B: B names A (the call
-//!   waits there), the answer sent there runs the call once.
+//! - A stateless-era `ask` issued on node A and answered through node B: B forwards the
+//!   answer to A, whose call waits for it; it runs once, however many times and through
+//!   whichever nodes it is sent; with A dead, the answer through B ends with the call as the
+//!   log closed it (aborted), never a hang.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -249,63 +251,145 @@ fn two_clients_racing_on_one_session_through_two_nodes_are_serialised() {
     assert_eq!(code, 0, "{stderr}");
 }
 
-#[test]
-fn a_stateless_ask_answered_through_the_other_node_runs_once_on_its_own() {
-    let fleet = Fleet::start(2);
-    let addrs = fleet.addrs();
-    let name = session_name("ask");
-    let args = json!({"path": "ask-a.txt", "content": "yes"});
-    let asked = call(&addrs[0], &name, "write_file", args.clone(), json!({}));
+/// An `ask` of the stateless era made on `addr` for `echo asked >> FILE`: its arguments and
+/// the answer (accept) that carries its `requestState`.
+fn ask_on(addr: &str, name: &str, file: &str) -> (Value, Value) {
+    let args = json!({"command": format!("echo asked >> {file}")});
+    let asked = call(addr, name, "shell", args.clone(), json!({}));
     assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
-    let state = asked["result"]["requestState"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let state = asked["result"]["requestState"].as_str().unwrap();
     let answer = json!({
         "requestState": state,
         "inputResponses": {"approval": {"action": "accept"}},
     });
+    (args, answer)
+}
 
-    // Through node 1: the state verifies there (the fleet's key), and the answer names the
-    // node the call waits on.
-    let elsewhere = call(&addrs[1], &name, "write_file", args.clone(), answer.clone());
-    assert_eq!(elsewhere["error"]["code"], -32002, "{elsewhere}");
-    assert_eq!(elsewhere["error"]["data"]["owner"], addrs[0], "{elsewhere}");
-    assert!(!fleet.ws.join("ask-a.txt").exists());
-    // A forged state is refused there as it is anywhere.
-    let forged = call(
-        &addrs[1],
-        &name,
-        "write_file",
-        args.clone(),
-        json!({"requestState": format!("{state}0"), "inputResponses": {"approval": {"action": "accept"}}}),
-    );
-    assert!(forged.get("error").is_some(), "{forged}");
-    assert_ne!(forged["error"]["code"], -32002, "{forged}");
+/// How many times the asked command ran (the lines it appended to `file`).
+fn runs(fleet: &Fleet, file: &str) -> usize {
+    std::fs::read_to_string(fleet.ws.join(file))
+        .map(|text| text.lines().count())
+        .unwrap_or(0)
+}
 
-    // At the owner it names, the answer runs the call, once.
-    let owner = elsewhere["error"]["data"]["owner"].as_str().unwrap();
-    let done = call(owner, &name, "write_file", args.clone(), answer.clone());
+#[test]
+fn a_stateless_ask_answered_through_the_other_node_runs_once() {
+    let fleet = Fleet::start(2);
+    let addrs = fleet.addrs();
+    let name = session_name("ask");
+    let (args, answer) = ask_on(&addrs[0], &name, "ask-b.txt");
+    assert_eq!(runs(&fleet, "ask-b.txt"), 0);
+
+    // A forged state is refused on the other node as it is anywhere, and runs nothing.
+    let mut forged = answer.clone();
+    forged["requestState"] = json!(format!("{}0", answer["requestState"].as_str().unwrap()));
+    let refused = call(&addrs[1], &name, "shell", args.clone(), forged);
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert_ne!(refused["error"]["code"], -32002, "{refused}");
+
+    // Through node 1: the state verifies there (the fleet's key), node 1 forwards the answer
+    // to node 0, whose call waits for it, and relays the result.
+    let done = call(&addrs[1], &name, "shell", args.clone(), answer.clone());
     assert!(!is_error(&done), "{done}");
-    assert_eq!(
-        std::fs::read_to_string(fleet.ws.join("ask-a.txt")).unwrap(),
-        "yes"
-    );
-    std::thread::sleep(IDLE);
-    for addr in &addrs {
-        let again = call(addr, &name, "write_file", args.clone(), answer.clone());
+    assert_eq!(runs(&fleet, "ask-b.txt"), 1);
+
+    // The same answer again, through either node, whether the session is still on node 0
+    // or has moved: nothing runs twice.
+    for addr in [&addrs[1], &addrs[0], &addrs[1]] {
+        let again = call(addr, &name, "shell", args.clone(), answer.clone());
         assert!(again.get("error").is_some(), "{again}");
+        assert!(
+            again["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("does not wait"),
+            "{again}"
+        );
+        std::thread::sleep(IDLE);
     }
+    assert_eq!(runs(&fleet, "ask-b.txt"), 1);
+
+    // One session: one call, one result, step 1; and a next call goes on from there.
+    let next = call_retrying(&addrs[1], &name, "shell", json!({"command": "echo next"}));
+    assert!(!is_error(&next), "{next}");
     let id = session_id(&name);
     let events = fleet.export(&id);
-    assert_eq!(call_ids(&events).len(), 1);
-    let results: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["type"] == "tool/result")
-        .collect();
-    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(call_ids(&events).len(), 2, "{events:?}");
+    assert_eq!(call_steps(&events), vec![1, 2]);
+    let results = events.iter().filter(|e| e["type"] == "tool/result").count();
+    assert_eq!(results, 2, "{events:?}");
     let (code, stderr) = fleet.check(&id);
     assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn the_same_answer_through_both_nodes_at_once_runs_once() {
+    let fleet = Fleet::start(2);
+    let addrs = fleet.addrs();
+    let name = session_name("ask-twice");
+    let (args, answer) = ask_on(&addrs[0], &name, "ask-twice.txt");
+    let answers: Vec<Value> = addrs
+        .iter()
+        .map(|addr| {
+            let (addr, name, args, answer) =
+                (addr.clone(), name.clone(), args.clone(), answer.clone());
+            std::thread::spawn(move || call(&addr, &name, "shell", args, answer))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let ran: Vec<&Value> = answers
+        .iter()
+        .filter(|a| a.get("result").is_some() && !is_error(a))
+        .collect();
+    assert_eq!(ran.len(), 1, "{answers:?}");
+    let refused = answers.iter().filter(|a| a.get("error").is_some()).count();
+    assert_eq!(refused, 1, "{answers:?}");
+    assert_eq!(runs(&fleet, "ask-twice.txt"), 1);
+    let id = session_id(&name);
+    let events = fleet.export(&id);
+    assert_eq!(call_ids(&events).len(), 1, "{events:?}");
+    let results = events.iter().filter(|e| e["type"] == "tool/result").count();
+    assert_eq!(results, 1, "{events:?}");
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+}
+
+#[test]
+fn an_answer_through_the_other_node_after_the_asking_node_died_ends_clearly() {
+    let mut fleet = Fleet::start(2);
+    let addrs = fleet.addrs();
+    let name = session_name("ask-dead");
+    let (args, answer) = ask_on(&addrs[0], &name, "ask-dead.txt");
+    signal(fleet.nodes[0].pid(), "-KILL");
+
+    // Node 1 cannot reach node 0: the answer waits for its lease (2 s) to run out, takes
+    // the session, and is answered with the call as the log closed it. Never a hang.
+    let started = std::time::Instant::now();
+    let mut ended = call(&addrs[1], &name, "shell", args.clone(), answer.clone());
+    while ended["error"]["code"] == -32002 {
+        assert!(started.elapsed() < Duration::from_secs(30), "{ended}");
+        ended = call(&addrs[1], &name, "shell", args.clone(), answer.clone());
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(is_error(&ended), "{ended}");
+    let said = text(&ended);
+    assert!(said.starts_with("ABORTED"), "{ended}");
+    assert!(said.contains(&addrs[0]), "{ended}");
+    assert!(said.contains("not run by this answer"), "{ended}");
+    assert_eq!(runs(&fleet, "ask-dead.txt"), 0);
+
+    // The client asks again, on the node that is left, and its answer runs the call.
+    std::thread::sleep(IDLE);
+    let (args, answer) = ask_on(&addrs[1], &name, "ask-dead.txt");
+    let done = call(&addrs[1], &name, "shell", args, answer);
+    assert!(!is_error(&done), "{done}");
+    assert_eq!(runs(&fleet, "ask-dead.txt"), 1);
+    let id = session_id(&name);
+    let (code, stderr) = fleet.check(&id);
+    assert_eq!(code, 0, "{stderr}");
+    drop(fleet.nodes.remove(0));
 }
 
 /// The official Python SDK (`mcp`, `Client(mode="2026-07-28")`, installed by

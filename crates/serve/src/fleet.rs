@@ -11,15 +11,23 @@
 //!   (the lease's `wait`), then is answered with the retryable JSON-RPC error
 //!   [`SESSION_BUSY_CODE`], whose `data` names the owner.
 //! - The `requestState` of an `ask` is signed with a key the fleet shares
-//!   ([`StateSecret`]), so that any node verifies it; the call it answers still waits on the
-//!   node that asked (which holds the session's lease meanwhile), and another node answers
-//!   the retry with [`SESSION_BUSY_CODE`] naming that node.
+//!   ([`StateSecret`]), so that any node verifies it. The call it answers waits on the node
+//!   that asked (which holds the session's lease meanwhile): another node that gets the
+//!   answer forwards it there and relays the reply ([`crate::fleet_forward`]). When that node
+//!   cannot be reached (it died), the answer waits for its lease to run out, takes the
+//!   session, and is answered with what the log says of the call: the recovery closed it.
 
+use crate::fleet_forward::{self, Forwarded};
+use crate::server::{DshServer, failure};
 use crate::stateless::StatelessSessions;
+use dsh_core::{ErrorCode as DshCode, EventBody};
 use dsh_scheduler::SchedulerError;
 use dsh_session::SessionError;
-use rmcp::ErrorData as McpError;
-use rmcp::model::ErrorCode;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Weak};
@@ -96,6 +104,100 @@ pub(crate) fn busy(error: &SchedulerError) -> Option<McpError> {
             "owner": owner,
             "until": until,
         })),
+    ))
+}
+
+/// How many times an answer whose call waits on a node that cannot be reached tries the
+/// session's lease (each try waits up to the node's lease wait) before it is answered
+/// [`SESSION_BUSY_CODE`].
+const UNREACHABLE_TRIES: usize = 5;
+
+/// The owner named by a held lease.
+fn leased_owner(error: &SchedulerError) -> Option<&str> {
+    match error {
+        SchedulerError::Log(SessionError::Leased { owner, .. }) => Some(owner),
+        _ => None,
+    }
+}
+
+/// The client's answer to call `call_id` of `server`'s session, which does not wait on this
+/// node: forwarded to the node that holds the session (its reply relayed); or, once this node
+/// holds the session (nobody else did, or the holder died and its lease ran out), answered
+/// with what the log says of the call.
+pub(crate) async fn answer_elsewhere(
+    server: &DshServer,
+    request: CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+    call_id: &str,
+) -> Result<CallToolResponse, McpError> {
+    let forwarded = fleet_forward::was_forwarded(context);
+    let mut last_busy = None;
+    for _ in 0..UNREACHABLE_TRIES {
+        let error = match server.open(context).await {
+            Ok(_) => return ended_here(server, call_id).await,
+            Err(error) => error,
+        };
+        let (Some(owner), Some(busy)) = (leased_owner(&error), busy(&error)) else {
+            return Ok(failure(&error).into());
+        };
+        // A forwarded answer is never forwarded again: two nodes cannot bounce it.
+        if forwarded {
+            return Err(busy);
+        }
+        match fleet_forward::forward(owner, &request, context).await {
+            Forwarded::Answer(answer) => return answer,
+            Forwarded::Unreachable(why) => {
+                tracing::warn!(
+                    call = call_id,
+                    owner,
+                    why,
+                    "the node holding the session does not answer: waiting for its lease"
+                );
+                last_busy = Some(busy);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    Err(last_busy.unwrap_or_else(|| {
+        McpError::internal_error("the session's lease could not be taken", None)
+    }))
+}
+
+/// The answer to call `call_id`, which does not wait on this node though it holds the
+/// session: a call the log closed as aborted (the node it ran on died, and this node's
+/// recovery closed it) is answered with that result; any other is refused.
+async fn ended_here(server: &DshServer, call_id: &str) -> Result<CallToolResponse, McpError> {
+    let events = match server.session() {
+        Some(session) => session.log().snapshot().await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let closed = events.iter().find_map(|event| match &event.body {
+        EventBody::ToolResult { data, .. } if data.call_id == call_id => data.error.clone(),
+        _ => None,
+    });
+    if let Some(error) = closed
+        && matches!(
+            error.code,
+            DshCode::Aborted | DshCode::AbortedBeforeDispatch
+        )
+    {
+        tracing::info!(
+            call = call_id,
+            "answered with the call's result as the log closed it"
+        );
+        let text = format!(
+            "{}: {} (the answer came after the call was closed: it was not run by this answer)",
+            error.code.as_str(),
+            error.message
+        );
+        return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+    }
+    Err(McpError::invalid_params(
+        format!(
+            "call {call_id} does not wait for an answer (it was answered already, or ended long \
+             ago)"
+        ),
+        None,
     ))
 }
 

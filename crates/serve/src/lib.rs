@@ -41,6 +41,7 @@ mod admission;
 mod approval;
 mod error;
 pub mod fleet;
+mod fleet_forward;
 mod fleet_names;
 mod http;
 pub mod http_guard;

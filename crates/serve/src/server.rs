@@ -62,8 +62,8 @@ pub struct ServeConfig {
     /// The agent the calls are recorded for (default `main`).
     pub agent: String,
     /// A node of a fleet over one store (see [`crate::fleet`]): `requestState`s are signed
-    /// with the fleet's key, and a retry whose call does not wait here tries the session's
-    /// lease (busy: the node that holds it is named). `None`: a server of its own.
+    /// with the fleet's key, and a retry whose call does not wait here is forwarded to the
+    /// node that holds the session. `None`: a server of its own.
     pub fleet: Option<crate::fleet::FleetConfig>,
 }
 
@@ -384,7 +384,7 @@ impl DshServer {
 
     /// The session and agent of this client, opened on its first call for a per-client
     /// server.
-    async fn open(
+    pub(crate) async fn open(
         &self,
         context: &RequestContext<RoleServer>,
     ) -> Result<(Session, String), SchedulerError> {
@@ -610,12 +610,10 @@ impl DshServer {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&call_id);
         let Some(parked) = parked else {
-            // In a fleet, the call may wait on the node holding the session: say which.
-            if self.inner.config.fleet.is_some()
-                && let Err(e) = self.open(&context).await
-                && let Some(busy) = crate::fleet::busy(&e)
-            {
-                return Err(busy);
+            // In a fleet, the call may wait on the node holding the session: the answer goes
+            // there; or that node died, and its call was closed when this one took over.
+            if self.inner.config.fleet.is_some() {
+                return crate::fleet::answer_elsewhere(self, request, &context, &call_id).await;
             }
             return Err(McpError::invalid_params(
                 format!(
@@ -851,7 +849,7 @@ fn approval_answer(
 }
 
 /// A call that got no result of its own (the session is gone, or the log failed it).
-fn failure(error: &SchedulerError) -> CallToolResult {
+pub(crate) fn failure(error: &SchedulerError) -> CallToolResult {
     let text = match error {
         SchedulerError::CallNotRecorded { error, .. } => format!(
             "PIPELINE_ERROR: the call's result could not be recorded in the session log ({error})"

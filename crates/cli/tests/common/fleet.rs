@@ -33,7 +33,7 @@ pub struct Fleet {
 
 impl Fleet {
     /// `count` nodes on `127.0.0.1:0`, a lease of 2 s, released after 100 ms idle, a shared
-    /// `requestState` key, and a policy asking before `write_file(ask-*)`.
+    /// `requestState` key, and a policy asking before `write_file(ask-*)` and `shell(echo asked*)`.
     pub fn start(count: usize) -> Fleet {
         Self::start_with(count, &[])
     }
@@ -45,7 +45,11 @@ impl Fleet {
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::write(ws.join("notes.txt"), "hello\n").unwrap();
         let policy = dir.path().join("policy.toml");
-        std::fs::write(&policy, "ask = [\"write_file(ask-*)\"]\n").unwrap();
+        std::fs::write(
+            &policy,
+            "ask = [\"write_file(ask-*)\", \"shell(echo asked*)\"]\n",
+        )
+        .unwrap();
         let key = dir.path().join("state.key");
         std::fs::write(&key, "a secret every node of this fleet shares\n").unwrap();
         let url = pg::url();
