@@ -28,11 +28,17 @@
 //!
 //! # The sync/async bridge
 //! [`LogBackend`] is synchronous and the writer calls it from tokio's blocking pool. The
-//! backend owns a *driver*: one OS thread running a current-thread tokio runtime that holds the
-//! connection pool, runs each request the backend sends it (a boxed future, answered over a
-//! standard channel), and runs the lease renewal between them. So the driver's connections
-//! never depend on the caller's runtime (a writer's runtime that stalls cannot stall the
-//! renewal), and a synchronous caller never needs `block_on` inside a runtime.
+//! backends of one process to one database share a *driver*: one OS thread running a
+//! current-thread tokio runtime that holds the connection pool (at most [`POOL_SIZE`]
+//! connections), runs each request a backend sends it (a boxed future, answered over a
+//! standard channel) as a task of its own, and runs the lease renewals beside them. So the
+//! driver's connections never depend on the caller's runtime (a writer's runtime that stalls
+//! cannot stall the renewal), a synchronous caller never needs `block_on` inside a runtime, and
+//! a node that opens a session (a fleet's node picking one up) reuses its connections, its
+//! schema already checked, instead of connecting again. A backend holds a connection only for
+//! each operation (a commit, a renewal, taking the lease), never while it waits, so any number
+//! of sessions share the pool; an operation that finds every connection busy for the round-trip
+//! limit fails with an error that says so, as a lost database does.
 
 use crate::backend::{Durability, LogBackend};
 use crate::error::SessionError;
@@ -259,6 +265,19 @@ fn pool_error(context: impl Into<String>, e: &deadpool_postgres::PoolError) -> S
     }
 }
 
+/// The error of an operation that found every connection of the pool busy for `waited`.
+fn pool_busy(url_shown: &str, size: usize, waited: Duration) -> SessionError {
+    SessionError::Io {
+        context: format!("waiting for a connection to {url_shown}"),
+        message: format!(
+            "all {size} connections this process keeps to the database stayed busy for {} ms \
+             (the database is slow or stuck, or more operations ran at once than the pool \
+             serves); the operation was given up",
+            waited.as_millis()
+        ),
+    }
+}
+
 fn to_i64(n: u64, what: &str) -> Result<i64, SessionError> {
     i64::try_from(n).map_err(|_| SessionError::Refused(format!("{what} {n} is past 2^63 - 1")))
 }
@@ -342,11 +361,13 @@ impl PgStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Waiting for a free connection is bounded as a round trip is: a pool whose every
+        // connection is stuck fails the operation clearly rather than hanging it.
         let pool = Pool::builder(manager)
-            .max_size(4)
+            .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .create_timeout(Some(round_trip.min(Duration::from_secs(5))))
-            .wait_timeout(Some(Duration::from_secs(30)))
+            .wait_timeout(Some(round_trip))
             .build()
             .map_err(|e| SessionError::Io {
                 context: format!("setting up connections to {url_shown}"),
@@ -401,10 +422,16 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SessionError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| pool_error(format!("connecting to {}", self.url_shown), &e))
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => {
+                pool_busy(
+                    &self.url_shown,
+                    self.pool.status().max_size,
+                    self.round_trip,
+                )
+            }
+            e => pool_error(format!("connecting to {}", self.url_shown), &e),
+        })
     }
 
     /// The schema version the database is at (0: no dsh tables yet), read without creating
@@ -826,10 +853,50 @@ fn parse_row(index: usize, seq: i64, line: &str) -> Result<SessionEvent, Session
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The most connections the backends of one process keep to one database (one driver's pool).
+pub const POOL_SIZE: usize = 16;
+
+/// What a driver is shared by: the database, the commit mode, the round-trip limit.
+type DriverKey = (String, bool, Duration);
+
+/// The drivers of this process, one per [`DriverKey`], each with its pool (migrated once).
+fn drivers() -> &'static std::sync::Mutex<std::collections::HashMap<DriverKey, Arc<Driver>>> {
+    static DRIVERS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<DriverKey, Arc<Driver>>>,
+    > = std::sync::OnceLock::new();
+    DRIVERS.get_or_init(Default::default)
+}
+
+/// The driver and pool this process shares for `url` (made, and the schema brought up to
+/// date, the first time; a failure leaves nothing behind, so the next open tries again).
+fn shared_driver(
+    url: &str,
+    asynchronous_commit: bool,
+    round_trip: Duration,
+) -> Result<(Arc<Driver>, PgStore), SessionError> {
+    let key = (url.to_string(), asynchronous_commit, round_trip);
+    let mut drivers = drivers().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(driver) = drivers.get(&key)
+        && let Some(store) = &driver.store
+        && !driver.jobs.is_closed()
+    {
+        return Ok((driver.clone(), store.clone()));
+    }
+    let mut driver = Driver::start()?;
+    let store = PgStore::pool(url, asynchronous_commit, round_trip)?;
+    let migrating = store.clone();
+    driver.run(async move { migrating.migrate().await })?;
+    driver.store = Some(store.clone());
+    let driver = Arc::new(driver);
+    drivers.insert(key, driver.clone());
+    Ok((driver, store))
+}
+
 /// The thread that runs the backend's async work (see the module's docs).
 struct Driver {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The pool the driver's runtime holds the connections of, once made.
+    store: Option<PgStore>,
 }
 
 impl Driver {
@@ -843,18 +910,19 @@ impl Driver {
             .name("dsh-postgres".into())
             .spawn(move || {
                 runtime.block_on(async move {
+                    // Each request is a task: the sessions sharing the driver wait for one
+                    // another only for a connection of the pool.
                     while let Some(job) = rx.recv().await {
-                        job.await;
+                        tokio::spawn(job);
                     }
                 });
                 // Ends the renewal and the connections' tasks.
                 runtime.shutdown_timeout(Duration::from_millis(100));
             })
             .map_err(|e| SessionError::io("starting the PostgreSQL driver", &e))?;
-        Ok(Driver {
-            jobs,
-            thread: Some(thread),
-        })
+        // The thread lives as long as the process (a shared driver is never dropped).
+        drop(thread);
+        Ok(Driver { jobs, store: None })
     }
 
     /// Runs `fut` on the driver and waits for its answer.
@@ -895,7 +963,7 @@ impl Driver {
 /// assert!(recovery.next_seq >= 1);
 /// ```
 pub struct PostgresBackend {
-    driver: Driver,
+    driver: Arc<Driver>,
     store: PgStore,
     session: Arc<str>,
     epoch: i64,
@@ -944,14 +1012,11 @@ impl PostgresBackend {
                 MAX_LEASE.as_millis()
             )));
         }
-        let driver = Driver::start()?;
-        let url = url.to_string();
         let round_trip = round_trip_limit(options.lease);
+        let (driver, store) = shared_driver(url, durability == Durability::None, round_trip)?;
         let sess = session.to_string();
         let opts = options.clone();
         let (store, taken, tracker, renewed_at) = driver.run(async move {
-            let store =
-                PgStore::connect_bounded(&url, durability == Durability::None, round_trip).await?;
             let taken = store.acquire_waiting(&sess, &opts).await?;
             let mut tracker = Tracker::default();
             let mut broken = None;
@@ -1364,7 +1429,8 @@ impl LogBackend for PostgresBackend {
 }
 
 impl Drop for PostgresBackend {
-    // Gives the lease back (so the next writer need not wait it out) and stops the driver.
+    // Gives the lease back (so the next writer need not wait it out); the driver and its
+    // connections stay, for this process's other sessions and its next one.
     fn drop(&mut self) {
         if let Some(renewal) = self.renewal.take() {
             renewal.abort();
@@ -1396,11 +1462,6 @@ impl Drop for PostgresBackend {
             if let Err(e) = released {
                 tracing::warn!(error = %e, session = %self.session, "the lease was not released; it runs out by itself");
             }
-        }
-        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
-        drop(std::mem::replace(&mut self.driver.jobs, tx));
-        if let Some(thread) = self.driver.thread.take() {
-            let _ = thread.join();
         }
     }
 }
