@@ -392,6 +392,76 @@ fn an_answer_through_the_other_node_after_the_asking_node_died_ends_clearly() {
     drop(fleet.nodes.remove(0));
 }
 
+/// The nginx configuration of docs/src/fleet.md, as it is there, for `nodes` and a listener
+/// on `127.0.0.1:PORT` (its two example servers and its `listen` line replaced, nothing else).
+fn docs_nginx_config(port: u16, nodes: &[String]) -> String {
+    let doc = std::fs::read_to_string(common::serve::repo().join("docs/src/fleet.md")).unwrap();
+    let block = doc
+        .split("```nginx\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/src/fleet.md shows an nginx configuration");
+    let mut config = block.to_string();
+    for (shown, actual) in [
+        ("server 10.0.0.1:8080 ", format!("server {} ", nodes[0])),
+        ("server 10.0.0.2:8080 ", format!("server {} ", nodes[1])),
+        ("listen 443 ssl;", format!("listen 127.0.0.1:{port};")),
+    ] {
+        assert!(config.contains(shown), "the docs' config lost {shown:?}");
+        config = config.replace(shown, &actual);
+    }
+    config
+}
+
+/// One request of a 2025-11-25 client (protocol session `session`, no `Dsh-Session`).
+fn post_2025(addr: &str, session: Option<&str>, body: &Value) -> common::serve::Reply {
+    let mut headers = vec![("MCP-Protocol-Version", "2025-11-25")];
+    if let Some(session) = session {
+        headers.push(("Mcp-Session-Id", session));
+    }
+    common::serve::post(addr, &headers, body)
+}
+
+#[test]
+fn a_2025_client_without_a_dsh_session_sticks_to_one_node_through_the_docs_nginx_config() {
+    let port = free_port();
+    let fleet = Fleet::behind(2, port);
+    let nginx = Nginx::start_with_config(port, &docs_nginx_config(port, &fleet.addrs()));
+    // Several protocol sessions: each must find its node on every request after its
+    // `initialize` (a node that did not serve it answers 404).
+    for client in 0..6 {
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw-2025", "version": "1"}}});
+        let reply = post_2025(&nginx.addr, None, &init);
+        assert_eq!(reply.status, 200, "initialize: {}", reply.body);
+        let session = reply
+            .header("mcp-session-id")
+            .expect("an Mcp-Session-Id")
+            .to_string();
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let reply = post_2025(&nginx.addr, Some(&session), &note);
+        assert_eq!(
+            reply.status, 202,
+            "client {client}, initialized: {}",
+            reply.body
+        );
+        for n in 0..3 {
+            let call = json!({"jsonrpc": "2.0", "id": 2 + n, "method": "tools/call",
+                "params": {"name": "shell", "arguments": {"command": format!("echo {client}-{n}")}}});
+            let reply = post_2025(&nginx.addr, Some(&session), &call);
+            assert_eq!(
+                reply.status, 200,
+                "client {client}, call {n}: {}",
+                reply.body
+            );
+            let answer = reply.message();
+            assert!(!is_error(&answer), "client {client}, call {n}: {answer}");
+            assert!(text(&answer).contains(&format!("{client}-{n}")), "{answer}");
+        }
+    }
+}
+
 /// The official Python SDK (`mcp`, `Client(mode="2026-07-28")`, installed by
 /// `scripts/mcp-sdks.sh`) through round-robin nginx: `tests/sdk/client_fleet.py` reads, edits
 /// and runs a shell command in one session across both nodes; another session's edit without a

@@ -239,12 +239,18 @@ impl Nginx {
     /// Starts nginx through `scripts/nginx.sh` in a fresh folder, on `port`, balancing
     /// `nodes` (which allow the `Host` `127.0.0.1:PORT`: see [`Fleet::behind`]).
     pub fn start(port: u16, nodes: &[String], balance: Balance) -> Nginx {
+        Self::start_with_config(port, &nginx_config(port, nodes, balance))
+    }
+
+    /// Starts nginx through `scripts/nginx.sh` on `port` with `config` (the body of an `http`
+    /// block, listening on `127.0.0.1:PORT`).
+    pub fn start_with_config(port: u16, config: &str) -> Nginx {
         let dir =
             std::env::temp_dir().join(format!("dsh-nginx-{}-{}", std::process::id(), free_port()));
         // Beside nginx's own files: its user (`nobody` when the tests run as root) reads it.
         std::fs::create_dir_all(&dir).unwrap();
         let conf = dir.join("upstreams.conf");
-        std::fs::write(&conf, nginx_config(port, nodes, balance)).unwrap();
+        std::fs::write(&conf, config).unwrap();
         // One at a time: the first may install nginx, and apt-get runs alone.
         static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
