@@ -5,16 +5,14 @@
 use crate::cli::{Approve, ServeArgs, StoreSource};
 use crate::error::{CliError, EXIT_OK};
 use crate::output::note;
-use crate::serve::{HttpListening, limits, listen_http, reload_tokens_on_sighup, tokens};
+use crate::serve::{http_guard, limits, listen_http, serve_until_signal, tokens};
 use clap::{Args, Subcommand};
 use dsh_core::ApprovalResponder;
 use dsh_serve::{
-    ElicitingApprover, FleetConfig, HttpGuard, ServeConfig, SessionTable, StateSecret,
-    StatelessSessions,
+    ElicitingApprover, FleetConfig, ServeConfig, SessionTable, StateSecret, StatelessSessions,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
@@ -163,9 +161,6 @@ fn session_store(
     ))
 }
 
-const SIGINT: i32 = 2;
-const SIGTERM: i32 = 15;
-
 /// `dsh serve --http ADDR --store URL`: serves until SIGTERM or SIGINT, then cancels the calls
 /// in flight (recorded as aborted) and closes every session, giving its lease back. Exit 0.
 pub fn serve(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError> {
@@ -182,12 +177,8 @@ pub fn serve(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError>
         Approve::Allow | Approve::Deny => None,
     };
     rt.block_on(async {
-        let HttpListening {
-            listener,
-            local,
-            mut int,
-            mut term,
-        } = listen_http(addr, tokens.is_empty()).await?;
+        let listening = listen_http(addr, tokens.is_empty()).await?;
+        let local = listening.local;
         let owner = args
             .fleet
             .advertise
@@ -211,13 +202,7 @@ pub fn serve(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError>
             crate::harness::start_shared(&args.workspace, &store, &label, &args.options, responder)
                 .await?;
         // Its advertised address is the `Host` of an answer another node forwards here.
-        let mut guard = HttpGuard::new().with_tokens(&tokens).allow_host(&owner);
-        for host in &args.allow_host {
-            guard = guard.allow_host(host);
-        }
-        if let Some(file) = &args.token_file {
-            reload_tokens_on_sighup(file, guard.clone())?;
-        }
+        let guard = http_guard(args, &tokens, Some(&owner))?;
         let table = SessionTable::new(limits(&args.limits));
         let release_after = Duration::from_millis(args.fleet.release_after_ms);
         let config = ServeConfig {
@@ -240,26 +225,15 @@ pub fn serve(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError>
             "serving MCP on http://{local}/mcp as a node of a fleet (advertised as {owner}); \
              sessions in {shown}"
         ));
-        let received = Arc::new(AtomicI32::new(0));
-        let flag = received.clone();
-        let stopping = serving.harness.clone();
-        let shutdown = async move {
-            let first = tokio::select! {
-                _ = int.recv() => SIGINT,
-                _ = term.recv() => SIGTERM,
-            };
-            flag.store(first, Ordering::SeqCst);
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
-                note("stopping now; the sessions' leases run out by themselves");
-                std::process::exit(128 + first);
-            });
-            stopping.shutdown().await;
-        };
-        let served = dsh_serve::serve_http_bounded(listener, guard, table, make, shutdown).await;
+        let (why, served) = serve_until_signal(
+            listening,
+            guard,
+            table,
+            make,
+            serving.harness.clone(),
+            "stopping now; the sessions' leases run out by themselves",
+        )
+        .await;
         releasing.abort();
         if let Some(hooks) = &serving.hooks {
             hooks.kill_all();
@@ -268,10 +242,6 @@ pub fn serve(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError>
         if let Err(e) = served {
             note(format!("error: {e}"));
         }
-        let why = match received.load(Ordering::SeqCst) {
-            SIGINT => "SIGINT",
-            _ => "SIGTERM",
-        };
         note(format!(
             "stopped ({why}): calls in flight were recorded as aborted; every session's lease \
              was given back"

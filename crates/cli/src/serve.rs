@@ -261,25 +261,15 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
         Approve::Allow | Approve::Deny => None,
     };
     rt.block_on(async {
-        let HttpListening {
-            listener,
-            local,
-            mut int,
-            mut term,
-        } = listen_http(addr, tokens.is_empty()).await?;
+        let listening = listen_http(addr, tokens.is_empty()).await?;
+        let local = listening.local;
         private_folder(folder)?;
         let serving =
             match harness::start_many(&args.workspace, folder, &args.options, responder).await {
                 Ok(serving) => serving,
                 Err(e) => return Err(e),
             };
-        let mut guard = HttpGuard::new().with_tokens(&tokens);
-        for host in &args.allow_host {
-            guard = guard.allow_host(host);
-        }
-        if let Some(file) = &args.token_file {
-            reload_tokens_on_sighup(file, guard.clone())?;
-        }
+        let guard = http_guard(args, &tokens, None)?;
         // 2025-11-25 clients get a server per `Mcp-Session-Id`; requests of the stateless
         // 2026-07-28 era go to the session they name, kept in `sessions`; both count in
         // `table`.
@@ -303,28 +293,15 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
             ),
             None => None,
         };
-        let received = Arc::new(AtomicI32::new(0));
-        let flag = received.clone();
-        let stopping = serving.harness.clone();
-        let shutdown = async move {
-            let first = tokio::select! {
-                _ = int.recv() => SIGINT,
-                _ = term.recv() => SIGTERM,
-            };
-            flag.store(first, Ordering::SeqCst);
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
-                note("stopping now; `dsh recover` repairs the logs if they need it");
-                std::process::exit(128 + first);
-            });
-            // Every session first: the calls in flight are cancelled and recorded ABORTED
-            // (their clients get that answer), every log is closed; then the connections.
-            stopping.shutdown().await;
-        };
-        let served = dsh_serve::serve_http_bounded(listener, guard, table, make, shutdown).await;
+        let (why, served) = serve_until_signal(
+            listening,
+            guard,
+            table,
+            make,
+            serving.harness.clone(),
+            "stopping now; `dsh recover` repairs the logs if they need it",
+        )
+        .await;
         let _ = view_stop.send(());
         if let Some(view) = view {
             let _ = view.await;
@@ -337,16 +314,78 @@ fn serve_http(rt: &Runtime, args: &ServeArgs, addr: &str) -> Result<u8, CliError
         if let Err(e) = served {
             note(format!("error: {e}"));
         }
-        let why = match received.load(Ordering::SeqCst) {
-            SIGINT => "SIGINT",
-            _ => "SIGTERM",
-        };
         note(format!(
             "stopped ({why}): calls in flight were recorded as aborted; the logs in {} are closed",
             folder.display()
         ));
         Ok(0)
     })
+}
+
+/// The guard of `dsh serve --http` (the log-folder server and a fleet node): `tokens`, the
+/// `--allow-host` names and `also` (a fleet node's advertised address), the tokens read again
+/// from `--token-file` on each SIGHUP.
+pub(crate) fn http_guard(
+    args: &ServeArgs,
+    tokens: &[String],
+    also: Option<&str>,
+) -> Result<HttpGuard, CliError> {
+    let mut guard = HttpGuard::new().with_tokens(tokens);
+    for host in args.allow_host.iter().map(String::as_str).chain(also) {
+        guard = guard.allow_host(host);
+    }
+    if let Some(file) = &args.token_file {
+        reload_tokens_on_sighup(file, guard.clone())?;
+    }
+    Ok(guard)
+}
+
+/// Serves `make`'s servers on `listening`, bounded by `table`, until SIGINT or SIGTERM; then
+/// every session of `harness` first (the calls in flight are cancelled and recorded ABORTED,
+/// their clients get that answer; every log is closed, every lease given back), then the
+/// connections. A second signal exits at once (128 + the first's number), saying `hurried`.
+/// Answers which signal stopped it, and how serving ended.
+pub(crate) async fn serve_until_signal<F>(
+    listening: HttpListening,
+    guard: HttpGuard,
+    table: Arc<SessionTable>,
+    make: F,
+    harness: dsh_scheduler::Harness,
+    hurried: &'static str,
+) -> (&'static str, Result<(), dsh_serve::ServeError>)
+where
+    F: Fn() -> DshServer + Send + Sync + 'static,
+{
+    let HttpListening {
+        listener,
+        mut int,
+        mut term,
+        ..
+    } = listening;
+    let received = Arc::new(AtomicI32::new(0));
+    let flag = received.clone();
+    let shutdown = async move {
+        let first = tokio::select! {
+            _ = int.recv() => SIGINT,
+            _ = term.recv() => SIGTERM,
+        };
+        flag.store(first, Ordering::SeqCst);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            note(hurried);
+            std::process::exit(128 + first);
+        });
+        harness.shutdown().await;
+    };
+    let served = dsh_serve::serve_http_bounded(listener, guard, table, make, shutdown).await;
+    let why = match received.load(Ordering::SeqCst) {
+        SIGINT => "SIGINT",
+        _ => "SIGTERM",
+    };
+    (why, served)
 }
 
 /// The listener of `dsh serve --http` and the signals that stop it.

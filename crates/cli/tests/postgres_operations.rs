@@ -6,9 +6,10 @@
 
 mod common;
 
+use common::pg::{export, psql, wait_for_a_call};
 use common::procs::{alive, descendants, signal};
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,17 +30,6 @@ fn shell_step(id: &str, command: &str) -> String {
     .to_string()
 }
 
-fn export(url: &str, session: &str) -> Vec<Value> {
-    let out = dsh(&["export", "--store", url, "--session", session]);
-    if out.code != 0 {
-        return Vec::new();
-    }
-    out.stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn spawn_dsh(args: &[&std::ffi::OsStr], setup: impl FnOnce(&mut Command)) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
     command
@@ -50,21 +40,6 @@ fn spawn_dsh(args: &[&std::ffi::OsStr], setup: impl FnOnce(&mut Command)) -> Chi
         .env_remove("RUST_LOG");
     setup(&mut command);
     command.spawn().unwrap()
-}
-
-/// Waits until the session's log holds a `tool/call`.
-fn wait_for_a_call(url: &str, session: &str) {
-    let started = Instant::now();
-    while !export(url, session)
-        .iter()
-        .any(|e| e["type"] == "tool/call")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the run never started its call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -396,28 +371,6 @@ fn an_owner_frozen_past_its_lease_kills_its_tools_when_it_resumes_and_writes_not
     assert_eq!(export(&url, &session), after_takeover);
     let checked = dsh(&["check", "--store", &url, "--session", &session]);
     assert_eq!(checked.code, 0, "{}", checked.stderr);
-}
-
-/// Runs SQL on the test server as its owner, with the server's own `psql`.
-fn psql(url: &str, sql: &str) {
-    let found = Command::new("bash")
-        .args([
-            "-c",
-            "ls /usr/lib/postgresql/*/bin/psql | sort -V | tail -n 1",
-        ])
-        .output()
-        .unwrap();
-    let psql = String::from_utf8(found.stdout).unwrap().trim().to_string();
-    assert!(!psql.is_empty(), "no psql next to the test server");
-    let out = Command::new(psql)
-        .args([url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

@@ -5,37 +5,12 @@
 
 mod common;
 
+use common::pg::{export, psql, wait_for_a_call};
 use common::procs::{alive, freeze_tree, signal};
 use common::stdio::Client;
 use common::*;
-use serde_json::{Value, json};
-use std::process::Command;
+use serde_json::json;
 use std::time::{Duration, Instant};
-
-fn export(url: &str, session: &str) -> Vec<Value> {
-    let out = dsh(&["export", "--store", url, "--session", session]);
-    if out.code != 0 {
-        return Vec::new();
-    }
-    out.stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn wait_for_a_call(url: &str, session: &str) {
-    let started = Instant::now();
-    while !export(url, session)
-        .iter()
-        .any(|e| e["type"] == "tool/call")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the server never started its call"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 #[test]
 fn a_served_owner_frozen_past_its_lease_kills_its_tools_when_it_resumes() {
@@ -126,27 +101,6 @@ fn a_served_owner_frozen_past_its_lease_kills_its_tools_when_it_resumes() {
     assert_eq!(export(&url, &session), after_takeover);
     let checked = dsh(&["check", "--store", &url, "--session", &session]);
     assert_eq!(checked.code, 0, "{}", checked.stderr);
-}
-
-/// Runs SQL on the test server with the server's own `psql`.
-fn psql(url: &str, sql: &str) {
-    let found = Command::new("bash")
-        .args([
-            "-c",
-            "ls /usr/lib/postgresql/*/bin/psql | sort -V | tail -n 1",
-        ])
-        .output()
-        .unwrap();
-    let psql = String::from_utf8(found.stdout).unwrap().trim().to_string();
-    let out = Command::new(&psql)
-        .args([url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

@@ -103,14 +103,7 @@ impl Fleet {
 
 /// Every event of the store session `id` (`dsh export`), none when it does not exist.
 pub fn export(url: &str, id: &str) -> Vec<Value> {
-    let out = super::dsh(&["export", "--store", url, "--session", id]);
-    if out.code != 0 {
-        return Vec::new();
-    }
-    out.stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    pg::export(url, id)
 }
 
 /// The store id of session `name` of a fleet without bearer tokens.

@@ -70,3 +70,52 @@ pub fn session_id(name: &str) -> String {
         .as_nanos();
     format!("{name}-{}-{nanos}", std::process::id())
 }
+
+/// Every event of the store session `session` (`dsh export`), none when it does not exist.
+pub fn export(url: &str, session: &str) -> Vec<serde_json::Value> {
+    let out = super::dsh(&["export", "--store", url, "--session", session]);
+    if out.code != 0 {
+        return Vec::new();
+    }
+    out.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Waits (up to 60 s) until the store session's log holds a `tool/call`.
+pub fn wait_for_a_call(url: &str, session: &str) {
+    let started = std::time::Instant::now();
+    while !export(url, session)
+        .iter()
+        .any(|e| e["type"] == "tool/call")
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the session {session} never started a call"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs SQL on the test server as its owner, with the server's own `psql`.
+pub fn psql(url: &str, sql: &str) {
+    let found = Command::new("bash")
+        .args([
+            "-c",
+            "ls /usr/lib/postgresql/*/bin/psql | sort -V | tail -n 1",
+        ])
+        .output()
+        .unwrap();
+    let psql = String::from_utf8(found.stdout).unwrap().trim().to_string();
+    assert!(!psql.is_empty(), "no psql next to the test server");
+    let out = Command::new(psql)
+        .args([url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
