@@ -13,7 +13,7 @@
 //! - The `requestState` of an `ask` is signed with a key the fleet shares
 //!   ([`StateSecret`]), so that any node verifies it. The call it answers waits on the node
 //!   that asked (which holds the session's lease meanwhile): another node that gets the
-//!   answer forwards it there and relays the reply ([`crate::fleet_forward`]). When that node
+//!   answer forwards it there and relays the reply (`fleet_forward`). When that node
 //!   cannot be reached (it died), the answer waits for its lease to run out, takes the
 //!   session, and is answered with what the log says of the call: the recovery closed it.
 
