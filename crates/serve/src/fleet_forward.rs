@@ -72,6 +72,19 @@ pub(crate) fn was_forwarded(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|parts| parts.headers.contains_key(FORWARDED_HEADER))
 }
 
+/// Whether `owner` reads as `host:port`, as a node's advertised address does (a `dsh run`'s
+/// lease names `pid PID on HOST`): only such an owner is sent a client's token.
+fn is_node_address(owner: &str) -> bool {
+    let Some((host, port)) = owner.rsplit_once(':') else {
+        return false;
+    };
+    !host.is_empty()
+        && port.parse::<u16>().is_ok()
+        && !owner
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '/' || c == '@')
+}
+
 /// Forwards the client's answer `request` (with its request's `_meta` and headers) to
 /// `owner` (`host:port`), and relays the reply.
 pub(crate) async fn forward(
@@ -79,6 +92,12 @@ pub(crate) async fn forward(
     request: &CallToolRequestParams,
     context: &RequestContext<RoleServer>,
 ) -> Forwarded {
+    if !is_node_address(owner) {
+        return Forwarded::Unreachable(format!(
+            "the session is held by {owner}, which is not a node of the fleet (a `dsh run` or \
+             stdio `dsh serve` on the store)"
+        ));
+    }
     let mut params = match serde_json::to_value(request) {
         Ok(params) => params,
         Err(e) => {
@@ -233,5 +252,17 @@ mod tests {
         // Another id's answer is not this one's.
         assert!(reply(error, &json!(8), "a:1").is_err());
         assert!(reply("garbage", &id, "a:1").is_err());
+    }
+
+    #[test]
+    fn only_a_node_address_is_sent_a_clients_token() {
+        assert!(is_node_address("10.0.0.2:8080"));
+        assert!(is_node_address("node-a.internal:443"));
+        assert!(is_node_address("[::1]:8080"));
+        // What `dsh run` and stdio `dsh serve` write as the owner (`default_owner`).
+        assert!(!is_node_address("pid 4242 on host"));
+        assert!(!is_node_address("host:99999"));
+        assert!(!is_node_address("evil@host:80"));
+        assert!(!is_node_address("host"));
     }
 }

@@ -36,7 +36,7 @@ pub enum SessionError {
     Leased {
         /// The session.
         session: String,
-        /// Who holds the lease (`host:pid`).
+        /// Who holds the lease (`pid PID on HOST`, or a fleet node's advertised address).
         owner: String,
         /// When the lease runs out unless renewed (UTC).
         until: String,

@@ -213,7 +213,9 @@ impl LeaseOptions {
     }
 }
 
-/// `host:pid`, naming this process to other nodes.
+/// `pid PID on HOST`, naming this process to other nodes. Never `host:port`: a node of a fleet
+/// forwards an ask's answer (with the client's token) to a lease owner that is an address, so
+/// an owner that is not a node must not read as one.
 pub fn default_owner() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -221,7 +223,7 @@ pub fn default_owner() -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".into());
-    format!("{host}:{}", std::process::id())
+    format!("pid {} on {host}", std::process::id())
 }
 
 /// One session as [`PgStore::list`] shows it.
