@@ -58,6 +58,8 @@ pub struct ShellTool {
     workspace: PathBuf,
     spill: Arc<SpillDir>,
     shell: PathBuf,
+    /// The workspace walk's memory between calls (`git_dirs::WalkCache`).
+    walks: git_dirs::WalkCache,
 }
 
 /// Finds `bash` (or `sh` where there is none) on `PATH`.
@@ -329,6 +331,7 @@ impl ShellTool {
             workspace,
             spill,
             shell: find_shell(),
+            walks: git_dirs::WalkCache::default(),
         })
     }
 
@@ -393,7 +396,9 @@ impl ShellTool {
         if !writes && rules.is_none() {
             return Ok((paths, Vec::new(), Vec::new()));
         }
-        let found = git_dirs::walk(&self.workspace, rules, git_dirs::MAX_ENTRIES)?;
+        let found = self
+            .walks
+            .walk(&self.workspace, rules, git_dirs::MAX_ENTRIES)?;
         paths.extend(found.read_only);
         if writes {
             // The workspace's own, even where the walk found none (a `.git` made by a racing
@@ -411,7 +416,10 @@ impl ShellTool {
         if self.config.sandbox.mode != SandboxMode::WorkspaceWrite {
             return Ok(Vec::new());
         }
-        let after = git_dirs::find(&self.workspace, git_dirs::MAX_ENTRIES)?;
+        let after = self
+            .walks
+            .walk(&self.workspace, None, git_dirs::MAX_ENTRIES)?
+            .git;
         Ok(after
             .iter()
             .filter(|p| !before.contains(p))
