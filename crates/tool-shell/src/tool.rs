@@ -60,6 +60,10 @@ pub struct ShellTool {
     shell: PathBuf,
     /// The workspace walk's memory between calls (`git_dirs::WalkCache`).
     walks: git_dirs::WalkCache,
+    /// The next call's cgroups and a standby already in them (`process::Standby`), made while
+    /// the previous call ran; dropped (the standby reaped, then the cgroups removed) with the
+    /// tool.
+    standby: Mutex<Option<(process::Standby, CallLimits)>>,
 }
 
 /// Finds `bash` (or `sh` where there is none) on `PATH`.
@@ -332,6 +336,7 @@ impl ShellTool {
             spill,
             shell: find_shell(),
             walks: git_dirs::WalkCache::default(),
+            standby: Mutex::new(None),
         })
     }
 
@@ -411,6 +416,36 @@ impl ShellTool {
         Ok((paths, found.hidden, found.git))
     }
 
+    /// Makes the next call's cgroups and a standby that joins them (a cgroup join waits for
+    /// an RCU grace period: 10 to 20 ms on a loaded machine), unless one is ready already.
+    /// Anything that fails here is left to the next call, which then makes its own.
+    async fn make_standby(&self, sandboxed: bool) {
+        if self
+            .standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        let Ok(bounds) = CallLimits::prepare(&self.config.limits, sandboxed) else {
+            return;
+        };
+        match process::standby(bounds.procs_fds()).await {
+            Ok(standby) => {
+                let mut slot = self.standby.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.is_none() {
+                    *slot = Some((standby, bounds));
+                    return;
+                }
+                // Another call filled the slot meanwhile: this one goes (reaped, removed).
+                drop(slot);
+                drop((standby, bounds));
+            }
+            Err(e) => tracing::debug!(error = %e, "no standby for the next shell call"),
+        }
+    }
+
     /// The `.git` entries that appeared during a `workspace-write` call (relative paths).
     fn new_git_entries(&self, before: &[PathBuf]) -> Result<Vec<String>, String> {
         if self.config.sandbox.mode != SandboxMode::WorkspaceWrite {
@@ -485,6 +520,7 @@ impl ShellTool {
             envp,
             rlimits: Vec::new(),
             cgroup_procs: Vec::new(),
+            joined: false,
             dsh_blocks: crate::process::plan::own_argument_blocks(),
         };
         Ok(Launch {
@@ -643,16 +679,32 @@ impl ToolDefinition for ShellTool {
         .map_err(|why| self.denied(why))?;
         let call_net =
             crate::net::CallNet::new(&self.config.sandbox).map_err(|why| self.denied(why))?;
-        let mut bounds =
-            CallLimits::prepare(limits, prepared.sandboxed).map_err(|why| self.denied(why))?;
+        let sandboxed = prepared.sandboxed;
+        let ready = self
+            .standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let (standby, mut bounds) = match ready {
+            Some((standby, bounds)) => (Some(standby), bounds),
+            None => (
+                None,
+                CallLimits::prepare(limits, sandboxed).map_err(|why| self.denied(why))?,
+            ),
+        };
         let mut launch = self.plan(&command, &workdir, &private, prepared)?;
         launch.plan.rlimits = bounds.rlimits.clone();
         launch.plan.cgroup_procs = bounds.procs_fds();
+        let uses_cgroups = !launch.plan.cgroup_procs.is_empty();
         if let Some(net) = &call_net {
             net.apply(&mut launch);
         }
-        let launched = process::launch(launch, limits.kill_grace).await;
+        let launched = process::launch(launch, limits.kill_grace, standby).await;
         bounds.forked();
+        if uses_cgroups {
+            // The next call's cgroups are joined now, while this command runs.
+            self.make_standby(sandboxed).await;
+        }
         let mut running = launched.map_err(|e| self.launch_failure(e))?;
         let call_proxy = match call_net {
             Some(net) => match net.serve().await {
