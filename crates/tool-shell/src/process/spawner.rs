@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 enum Job {
     /// Fork the keeper of `plan` (through `standby` where there is one).
     Fork {
-        plan: ChildPlan,
+        plan: Box<ChildPlan>,
         standby: Option<child::StandbyProcess>,
         reply: oneshot::Sender<(ChildPlan, std::io::Result<pid_t>)>,
     },
@@ -45,7 +45,6 @@ fn fork_now(
             keeper: AtomicI64::new(0),
         };
         let forked = child::fork_through(standby, &order);
-        drop(order);
         if let Ok(keeper) = forked {
             drop(exec);
             return (plan, Ok(keeper));
@@ -77,7 +76,7 @@ fn jobs() -> std::io::Result<mpsc::Sender<Job>> {
                         standby,
                         reply,
                     } => {
-                        let (plan, result) = fork_now(plan, standby);
+                        let (plan, result) = fork_now(*plan, standby);
                         if let Err((_, Ok(keeper))) = reply.send((plan, result)) {
                             // The caller is gone (cancelled while waiting): its end of the
                             // control pipe is closed, so the tree kills itself; reap the keeper
@@ -130,13 +129,13 @@ pub(crate) async fn fork(
     };
     let (reply, answer) = oneshot::channel();
     let job = Job::Fork {
-        plan,
+        plan: Box::new(plan),
         standby: standby.map(|s| s.0),
         reply,
     };
     if let Err(mpsc::SendError(job)) = sender.send(job) {
         let plan = match job {
-            Job::Fork { plan, .. } => Some(plan),
+            Job::Fork { plan, .. } => Some(*plan),
             Job::Standby { .. } => None,
         };
         return (
