@@ -64,6 +64,9 @@ pub struct ShellTool {
     /// the previous call ran; dropped (the standby reaped, then the cgroups removed) with the
     /// tool.
     standby: Mutex<Option<(process::Standby, CallLimits)>>,
+    /// The sandboxed calls' private folder (`sandbox::PrivateDir`), made once: see
+    /// [`ShellTool::private_dir`].
+    skeleton: Mutex<Option<Arc<PrivateDir>>>,
 }
 
 /// Finds `bash` (or `sh` where there is none) on `PATH`.
@@ -337,6 +340,7 @@ impl ShellTool {
             shell: find_shell(),
             walks: git_dirs::WalkCache::default(),
             standby: Mutex::new(None),
+            skeleton: Mutex::new(None),
         })
     }
 
@@ -414,6 +418,35 @@ impl ShellTool {
             }
         }
         Ok((paths, found.hidden, found.git))
+    }
+
+    /// The call's private folder. Unsandboxed (`full`), the command writes in its `TMPDIR`
+    /// itself: a fresh folder per call. Sandboxed, the folder holds only mount points (the
+    /// call's tmpfs `TMPDIR` is mounted on `w/tmp` inside the call's own mount namespace) and
+    /// the empty stand-ins of hidden paths, none of which a command can change (every mount
+    /// outside the workspace is read-only to it), so one folder serves every call of the tool
+    /// and is removed with it: a call then creates no inode on the host (creating one costs
+    /// milliseconds on a busy file system without a journal, where ext4 skips every
+    /// recently deleted inode). Where the folder would lie inside the workspace (a command
+    /// could write there), each call gets its own again.
+    fn private_dir(&self) -> std::io::Result<Arc<PrivateDir>> {
+        if self.config.sandbox.mode == SandboxMode::Full {
+            return PrivateDir::new().map(Arc::new);
+        }
+        let mut slot = self.skeleton.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shared) = slot.as_ref() {
+            return Ok(shared.clone());
+        }
+        let made = Arc::new(PrivateDir::new()?);
+        let inside = made
+            .path()
+            .canonicalize()
+            .map(|p| p.starts_with(&self.workspace))
+            .unwrap_or(true);
+        if !inside {
+            *slot = Some(made.clone());
+        }
+        Ok(made)
     }
 
     /// Makes the next call's cgroups and a standby that joins them (a cgroup join waits for
@@ -663,7 +696,8 @@ impl ToolDefinition for ShellTool {
         let timeout = self.timeout(&input);
         let workdir = self.workdir(&input)?;
         let limits = &self.config.limits;
-        let private = PrivateDir::new()
+        let private = self
+            .private_dir()
             .map_err(|e| ToolFailure::new(format!("no private temp folder: {e}")))?;
         let (protected, hidden, git_before) = self.protected().map_err(|why| self.denied(why))?;
         let prepared = sandbox::prepare(
