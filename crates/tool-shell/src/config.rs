@@ -57,6 +57,10 @@ pub enum PathClass {
 /// The policy's path rules, asked about every entry of the workspace at each call (a walk
 /// that stops at a classified folder): what a rule hides is hidden whenever the file appeared,
 /// a `.env` made during a long session included.
+///
+/// The rules must answer from the path alone, the same way for the tool's whole life: the
+/// walk remembers each entry's answer while the folder holding it is unchanged (a new policy
+/// means a new tool, whose walk starts with no memory).
 #[derive(Clone)]
 pub struct PathRules(pub std::sync::Arc<dyn Fn(&std::path::Path) -> PathClass + Send + Sync>);
 
@@ -157,7 +161,8 @@ impl SandboxConfig {
         self
     }
 
-    /// Asks `rules` about every entry of the workspace at each call.
+    /// Asks `rules` about every entry of the workspace at each call (once per entry while
+    /// its folder is unchanged: see [`PathRules`]).
     pub fn with_path_rules(
         mut self,
         rules: impl Fn(&std::path::Path) -> PathClass + Send + Sync + 'static,

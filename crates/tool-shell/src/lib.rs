@@ -31,6 +31,8 @@
 //!   parent-death signal fires when the forking thread exits). dsh forks a keeper (parent-death
 //!   signal, `setsid`, the namespaces, the mounts), which forks an init (PID 1 of the call, or
 //!   a child subreaper where the kernel gives no PID namespace), which forks `bash -c COMMAND`.
+//!   Where a call has cgroups, its keeper is forked by a standby made while the previous
+//!   call ran and already in the call's cgroups (a cgroup join waits for an RCU grace period).
 //!   init reports the command's status on a report pipe and obeys a control pipe: `T` is
 //!   SIGTERM to every process of the call, `K` SIGKILL, and the end of the pipe (dsh's death)
 //!   kills everything.
@@ -41,7 +43,8 @@
 //!   socket, no `io_uring`, no keyring calls; with the network off no other socket either, no
 //!   `ptrace`).
 //! - `git_dirs`: the walk of the workspace at each call: every `.git` entry (kept read-only)
-//!   and what the policy's path rules hide or keep read-only.
+//!   and what the policy's path rules hide or keep read-only; each folder's listing is kept
+//!   between calls and read again only when the folder's stamp changed.
 //! - `limits`: a cgroup per call where dsh can make one, rlimits where it cannot; what held
 //!   each limit and which was hit goes into the result's meta.
 //! - `capture` and `spill`: each stream keeps 256 KiB of head and of tail; the model sees 8 KiB

@@ -94,6 +94,7 @@ fn find_controller(name: &'static str, mountinfo: &str, own: &str) -> Option<Con
 }
 
 /// The limits of one call, ready for the fork; the cgroups go when it drops.
+#[derive(Debug)]
 pub(crate) struct CallLimits {
     cgroups: Vec<(Controller, PathBuf)>,
     procs: Vec<OwnedFd>,

@@ -58,6 +58,15 @@ pub struct ShellTool {
     workspace: PathBuf,
     spill: Arc<SpillDir>,
     shell: PathBuf,
+    /// The workspace walk's memory between calls (`git_dirs::WalkCache`).
+    walks: git_dirs::WalkCache,
+    /// The next call's cgroups and a standby already in them (`process::Standby`), made while
+    /// the previous call ran; dropped (the standby reaped, then the cgroups removed) with the
+    /// tool.
+    standby: Mutex<Option<(process::Standby, CallLimits)>>,
+    /// The sandboxed calls' private folder (`sandbox::PrivateDir`), made once: see
+    /// [`ShellTool::private_dir`].
+    skeleton: Mutex<Option<Arc<PrivateDir>>>,
 }
 
 /// Finds `bash` (or `sh` where there is none) on `PATH`.
@@ -329,6 +338,9 @@ impl ShellTool {
             workspace,
             spill,
             shell: find_shell(),
+            walks: git_dirs::WalkCache::default(),
+            standby: Mutex::new(None),
+            skeleton: Mutex::new(None),
         })
     }
 
@@ -393,7 +405,9 @@ impl ShellTool {
         if !writes && rules.is_none() {
             return Ok((paths, Vec::new(), Vec::new()));
         }
-        let found = git_dirs::walk(&self.workspace, rules, git_dirs::MAX_ENTRIES)?;
+        let found = self
+            .walks
+            .walk(&self.workspace, rules, git_dirs::MAX_ENTRIES)?;
         paths.extend(found.read_only);
         if writes {
             // The workspace's own, even where the walk found none (a `.git` made by a racing
@@ -406,12 +420,74 @@ impl ShellTool {
         Ok((paths, found.hidden, found.git))
     }
 
+    /// The call's private folder. Unsandboxed (`full`), the command writes in its `TMPDIR`
+    /// itself: a fresh folder per call. Sandboxed, the folder holds only mount points (the
+    /// call's tmpfs `TMPDIR` is mounted on `w/tmp` inside the call's own mount namespace) and
+    /// the empty stand-ins of hidden paths, none of which a command can change (every mount
+    /// outside the workspace is read-only to it), so one folder serves every call of the tool
+    /// and is removed with it: a call then creates no inode on the host (creating one costs
+    /// milliseconds on a busy file system without a journal, where ext4 skips every
+    /// recently deleted inode). Where the folder would lie inside the workspace (a command
+    /// could write there), each call gets its own again.
+    fn private_dir(&self) -> std::io::Result<Arc<PrivateDir>> {
+        if self.config.sandbox.mode == SandboxMode::Full {
+            return PrivateDir::new().map(Arc::new);
+        }
+        let mut slot = self.skeleton.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shared) = slot.as_ref() {
+            return Ok(shared.clone());
+        }
+        let made = Arc::new(PrivateDir::new()?);
+        let inside = made
+            .path()
+            .canonicalize()
+            .map(|p| p.starts_with(&self.workspace))
+            .unwrap_or(true);
+        if !inside {
+            *slot = Some(made.clone());
+        }
+        Ok(made)
+    }
+
+    /// Makes the next call's cgroups and a standby that joins them (a cgroup join waits for
+    /// an RCU grace period: 10 to 20 ms on a loaded machine), unless one is ready already.
+    /// Anything that fails here is left to the next call, which then makes its own.
+    async fn make_standby(&self, sandboxed: bool) {
+        if self
+            .standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        let Ok(bounds) = CallLimits::prepare(&self.config.limits, sandboxed) else {
+            return;
+        };
+        match process::standby(bounds.procs_fds()).await {
+            Ok(standby) => {
+                let mut slot = self.standby.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.is_none() {
+                    *slot = Some((standby, bounds));
+                    return;
+                }
+                // Another call filled the slot meanwhile: this one goes (reaped, removed).
+                drop(slot);
+                drop((standby, bounds));
+            }
+            Err(e) => tracing::debug!(error = %e, "no standby for the next shell call"),
+        }
+    }
+
     /// The `.git` entries that appeared during a `workspace-write` call (relative paths).
     fn new_git_entries(&self, before: &[PathBuf]) -> Result<Vec<String>, String> {
         if self.config.sandbox.mode != SandboxMode::WorkspaceWrite {
             return Ok(Vec::new());
         }
-        let after = git_dirs::find(&self.workspace, git_dirs::MAX_ENTRIES)?;
+        let after = self
+            .walks
+            .walk(&self.workspace, None, git_dirs::MAX_ENTRIES)?
+            .git;
         Ok(after
             .iter()
             .filter(|p| !before.contains(p))
@@ -477,6 +553,7 @@ impl ShellTool {
             envp,
             rlimits: Vec::new(),
             cgroup_procs: Vec::new(),
+            joined: false,
             dsh_blocks: crate::process::plan::own_argument_blocks(),
         };
         Ok(Launch {
@@ -619,7 +696,8 @@ impl ToolDefinition for ShellTool {
         let timeout = self.timeout(&input);
         let workdir = self.workdir(&input)?;
         let limits = &self.config.limits;
-        let private = PrivateDir::new()
+        let private = self
+            .private_dir()
             .map_err(|e| ToolFailure::new(format!("no private temp folder: {e}")))?;
         let (protected, hidden, git_before) = self.protected().map_err(|why| self.denied(why))?;
         let prepared = sandbox::prepare(
@@ -635,16 +713,32 @@ impl ToolDefinition for ShellTool {
         .map_err(|why| self.denied(why))?;
         let call_net =
             crate::net::CallNet::new(&self.config.sandbox).map_err(|why| self.denied(why))?;
-        let mut bounds =
-            CallLimits::prepare(limits, prepared.sandboxed).map_err(|why| self.denied(why))?;
+        let sandboxed = prepared.sandboxed;
+        let ready = self
+            .standby
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let (standby, mut bounds) = match ready {
+            Some((standby, bounds)) => (Some(standby), bounds),
+            None => (
+                None,
+                CallLimits::prepare(limits, sandboxed).map_err(|why| self.denied(why))?,
+            ),
+        };
         let mut launch = self.plan(&command, &workdir, &private, prepared)?;
         launch.plan.rlimits = bounds.rlimits.clone();
         launch.plan.cgroup_procs = bounds.procs_fds();
+        let uses_cgroups = !launch.plan.cgroup_procs.is_empty();
         if let Some(net) = &call_net {
             net.apply(&mut launch);
         }
-        let launched = process::launch(launch, limits.kill_grace).await;
+        let launched = process::launch(launch, limits.kill_grace, standby).await;
         bounds.forked();
+        if uses_cgroups {
+            // The next call's cgroups are joined now, while this command runs.
+            self.make_standby(sandboxed).await;
+        }
         let mut running = launched.map_err(|e| self.launch_failure(e))?;
         let call_proxy = match call_net {
             Some(net) => match net.serve().await {

@@ -7,6 +7,9 @@
 //! dsh (the spawner thread) ── fork ──> keeper ── fork ──> init ── fork ──> bash -c COMMAND
 //! ```
 //!
+//! Where the call has cgroups, the keeper is forked by the call's *standby* (below) instead:
+//! a process made while the previous call ran, already in this call's cgroups.
+//!
 //! - **keeper**: dies with dsh (`PR_SET_PDEATHSIG`, checked with `getppid` after the fork),
 //!   leaves dsh's session, keeps only the descriptors of this call, enters new user, mount,
 //!   PID (and, with the network off, network) namespaces, makes the mounts of the sandbox, then
@@ -93,6 +96,212 @@ pub(super) fn fork_keeper(plan: &ChildPlan, exec: &ExecPtrs) -> std::io::Result<
 }
 
 // ---------------------------------------------------------------------------------------------
+// The standby: a process made ahead of a call that is already in the call's cgroups.
+//
+// Joining a cgroup (a write to `cgroup.procs`) waits for an RCU grace period when no other
+// migration happened just before: 10 to 20 ms on a loaded VM, the largest single cost of a
+// sandboxed call. A standby pays it between calls. It is made by `clone` with `CLONE_VM |
+// CLONE_FILES` (dsh's memory and descriptor table, its own process otherwise), joins the next
+// call's cgroups and waits on a pipe. At the call, the spawner thread writes the address of a
+// [`ForkOrder`] into the pipe; the standby forks the keeper with `CLONE_PARENT` (the keeper is
+// dsh's child, as without a standby, and inherits the standby's cgroups), stores its pid in the
+// order and exits. A fork made from dsh's memory sees the plan built after the standby was
+// made, and a fork made from dsh's descriptor table the call's pipes.
+//
+// The standby itself runs on a stack of its own and touches nothing of dsh's memory but its
+// arguments and the order: no allocation, no lock, only system calls. It shares the spawner
+// thread's thread-local block (no CLONE_SETTLS), so one of its system calls that fails writes
+// that thread's `errno`: at worst an error the spawner thread reports at the same moment names
+// the wrong cause. The keeper it forks has a copy of dsh's memory made without glibc's fork
+// protocol, which is why the chain below forks with the bare system call (`fork` below).
+
+/// What a standby reads, fixed before it is made; lives until the standby is reaped.
+#[derive(Debug)]
+#[repr(C)]
+pub(super) struct StandbyArgs {
+    /// dsh's pid: the standby exits if it is no longer its parent.
+    parent_pid: pid_t,
+    /// The read end of the order pipe.
+    orders: c_int,
+    /// The call's `cgroup.procs`, open for writing (at most two: memory and pids).
+    procs: [c_int; 2],
+    /// How many of `procs` are used.
+    n_procs: usize,
+}
+
+/// One order to a standby: the keeper's plan, and where the standby puts the keeper's pid (or
+/// minus the errno of the fork).
+pub(super) struct ForkOrder<'a> {
+    pub plan: &'a ChildPlan,
+    pub exec: &'a ExecPtrs,
+    pub keeper: std::sync::atomic::AtomicI64,
+}
+
+/// A standby's own stack.
+const STANDBY_STACK: usize = 2 << 20;
+
+/// A running standby, as the spawner thread holds it.
+#[derive(Debug)]
+pub(crate) struct StandbyProcess {
+    pid: pid_t,
+    /// The write end of the order pipe: closing it tells the standby to exit.
+    orders: Option<std::os::fd::OwnedFd>,
+    /// Its read end (the standby shares dsh's descriptor table: dsh closes it after the
+    /// standby is gone).
+    orders_r: Option<std::os::fd::OwnedFd>,
+    args: Box<StandbyArgs>,
+    stack: usize,
+}
+
+/// Makes a standby that joins the cgroups whose `cgroup.procs` are `procs`. Called on the
+/// spawner thread (the standby's parent-death signal follows that thread, which lives as long
+/// as dsh).
+pub(super) fn start_standby(parent_pid: pid_t, procs: &[c_int]) -> std::io::Result<StandbyProcess> {
+    if procs.len() > 2 {
+        return Err(std::io::Error::other("a standby joins at most two cgroups"));
+    }
+    let (orders_r, orders_w) = std::io::pipe()?;
+    let mut args = Box::new(StandbyArgs {
+        parent_pid,
+        orders: std::os::fd::AsRawFd::as_raw_fd(&orders_r),
+        procs: [-1; 2],
+        n_procs: procs.len(),
+    });
+    args.procs[..procs.len()].copy_from_slice(procs);
+    // SAFETY: an anonymous private mapping, checked below; freed only once the standby is
+    // reaped (`reap_standby`).
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STANDBY_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // The lowest page stays inaccessible: an overflow faults rather than writing past the
+    // mapping.
+    // SAFETY: the first page of the mapping made above.
+    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
+    let top = (stack as usize + STANDBY_STACK) & !15;
+    let arg: *mut StandbyArgs = &mut *args;
+    // SAFETY: `standby_main` runs on the fresh stack `top` (16-byte aligned, below it the
+    // mapping) with `arg`, which stays valid until the standby is reaped; with CLONE_VM it
+    // shares this memory and touches only `arg`, the orders it is sent, and its own stack.
+    let pid = unsafe {
+        libc::clone(
+            standby_main,
+            top as *mut c_void,
+            libc::CLONE_VM | libc::CLONE_FILES | libc::SIGCHLD,
+            arg.cast(),
+        )
+    };
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: the mapping made above, used by nobody (the clone failed).
+        unsafe { libc::munmap(stack, STANDBY_STACK) };
+        return Err(e);
+    }
+    Ok(StandbyProcess {
+        pid,
+        orders: Some(orders_w.into()),
+        orders_r: Some(orders_r.into()),
+        args,
+        stack: stack as usize,
+    })
+}
+
+extern "C" fn standby_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `StandbyArgs` `start_standby` passed, alive until this process is
+    // reaped.
+    let args = unsafe { &*arg.cast::<StandbyArgs>() };
+    if prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong).is_err() {
+        return 3;
+    }
+    // SAFETY: no arguments, no memory effects.
+    if unsafe { libc::getppid() } != args.parent_pid {
+        return 125;
+    }
+    for &fd in &args.procs[..args.n_procs.min(2)] {
+        // SAFETY: a one-byte buffer valid for the call.
+        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+            // The spawner thread forks the keeper itself, which joins (or reports why not).
+            return 2;
+        }
+    }
+    let mut order = [0u8; std::mem::size_of::<usize>()];
+    let mut got = 0;
+    while got < order.len() {
+        match read_some(args.orders, &mut order[got..]) {
+            Ok(0) | Err(_) => return 0,
+            Ok(n) => got += n,
+        }
+    }
+    let order = usize::from_ne_bytes(order) as *const ForkOrder<'_>;
+    // SAFETY: the spawner thread sent the address of a `ForkOrder` that it keeps alive until
+    // it has reaped this process.
+    let order = unsafe { &*order };
+    match raw_clone((libc::CLONE_PARENT | libc::SIGCHLD) as c_long) {
+        Ok(0) => keeper(order.plan, order.exec),
+        Ok(pid) => order
+            .keeper
+            .store(i64::from(pid), std::sync::atomic::Ordering::SeqCst),
+        Err(e) => order
+            .keeper
+            .store(-i64::from(e.max(1)), std::sync::atomic::Ordering::SeqCst),
+    }
+    0
+}
+
+/// Sends `order` to `standby` and waits for it to exit. `Ok(pid)`: the keeper it forked;
+/// `Err(())`: it forked none (it could not join the cgroups, or it died), and the caller forks
+/// the keeper itself.
+pub(super) fn fork_through(
+    mut standby: StandbyProcess,
+    order: &ForkOrder<'_>,
+) -> Result<pid_t, ()> {
+    let address = (order as *const ForkOrder<'_> as usize).to_ne_bytes();
+    if let Some(w) = standby.orders.take() {
+        write_all(std::os::fd::AsRawFd::as_raw_fd(&w), &address);
+        // Closing it here: a standby that already exited (it could not join) never reads it.
+        drop(w);
+    }
+    reap_standby(&mut standby);
+    match order.keeper.load(std::sync::atomic::Ordering::SeqCst) {
+        pid if pid > 0 => pid_t::try_from(pid).map_err(|_| ()),
+        _ => Err(()),
+    }
+}
+
+/// Waits for the standby to exit (after its order pipe was closed, or its order sent), then
+/// frees its stack.
+fn reap_standby(standby: &mut StandbyProcess) {
+    standby.orders = None;
+    let _ = waitpid(standby.pid, libc::__WALL);
+    standby.orders_r = None;
+    if standby.stack != 0 {
+        // SAFETY: the stack `start_standby` mapped; its only user has exited.
+        unsafe { libc::munmap(standby.stack as *mut c_void, STANDBY_STACK) };
+        standby.stack = 0;
+    }
+    let _ = &standby.args;
+}
+
+impl Drop for StandbyProcess {
+    /// An unused standby: the end of its order pipe makes it exit; it is reaped here (it
+    /// exits at once, or once its cgroup join returns), so that its cgroups can go next.
+    fn drop(&mut self) {
+        if self.stack != 0 {
+            reap_standby(self);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Thin wrappers: each one system call, on arguments that are valid for its whole duration.
 
 fn errno() -> i32 {
@@ -163,9 +372,22 @@ fn prctl(option: c_int, arg: libc::c_ulong) -> Result<(), i32> {
     check(unsafe { libc::prctl(option, arg, 0, 0, 0) } as c_long).map(|_| ())
 }
 
+/// `fork` as the bare system call: no `atfork` handlers, no malloc locks taken. A keeper
+/// forked by a standby holds a copy of dsh's memory made without glibc's fork protocol, so
+/// a lock another thread of dsh held at that moment stays held in the copy: glibc's `fork`
+/// would wait on it forever. Nothing after this fork allocates, so nothing needs them.
 fn fork() -> Result<pid_t, i32> {
-    // SAFETY: see `fork_keeper`: the child continues in this module's code only.
-    check(unsafe { libc::fork() } as c_long).map(|pid| pid as pid_t)
+    raw_clone(libc::SIGCHLD as c_long)
+}
+
+/// The `clone` system call with `flags`, no new stack: fork's semantics (both return here).
+fn raw_clone(flags: c_long) -> Result<pid_t, i32> {
+    let zero: c_long = 0;
+    // SAFETY: without CLONE_VM and without a new stack, the child gets a copy of this
+    // process's memory and returns here with 0, like fork; it continues in this module's
+    // code only (every path ends in `execve` or `_exit`).
+    check(unsafe { libc::syscall(libc::SYS_clone, flags, zero, zero, zero, zero) })
+        .map(|pid| pid as pid_t)
 }
 
 fn waitpid(pid: pid_t, options: c_int) -> Result<(pid_t, c_int), i32> {
@@ -297,10 +519,11 @@ fn keeper(plan: &ChildPlan, exec: &ExecPtrs) -> ! {
     ];
     close_all_except(&mut keep);
     // The call's cgroups, joined before anything else is forked: every process of the call
-    // is counted (`0` is the writer itself).
+    // is counted (`0` is the writer itself). A keeper forked by a standby is in them already
+    // (the standby joined them before the call, and a fork stays in its parent's cgroups).
     for (i, &fd) in plan.cgroup_procs.iter().enumerate() {
         // SAFETY: a one-byte buffer valid for the call.
-        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+        if !plan.joined && unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
             fail(plan, Stage::Cgroup, i as u16, errno());
         }
         close(fd);

@@ -88,8 +88,15 @@ fn receiver(fd: OwnedFd) -> std::io::Result<pipe::Receiver> {
     pipe::Receiver::from_owned_fd(fd)
 }
 
-/// Starts the command: pipes, fork on the spawner thread, and the parent's ends.
-pub(crate) async fn launch(mut launch: Launch, grace: Duration) -> Result<Running, LaunchError> {
+pub(crate) use spawner::{Standby, standby};
+
+/// Starts the command: pipes, fork on the spawner thread (through `standby`, already in the
+/// call's cgroups, where there is one), and the parent's ends.
+pub(crate) async fn launch(
+    mut launch: Launch,
+    grace: Duration,
+    standby: Option<Standby>,
+) -> Result<Running, LaunchError> {
     let io = LaunchError::Io;
     let (stdout_r, stdout_w) = std::io::pipe().map_err(io)?;
     let (stderr_r, stderr_w) = std::io::pipe().map_err(io)?;
@@ -104,7 +111,7 @@ pub(crate) async fn launch(mut launch: Launch, grace: Duration) -> Result<Runnin
     plan.report_w = report_w.as_raw_fd();
     plan.control_r = control_r.as_raw_fd();
     plan.landlock_fd = launch.landlock.as_ref().map(AsRawFd::as_raw_fd);
-    let (_, forked) = spawner::fork(launch.plan).await;
+    let (_, forked) = spawner::fork(launch.plan, standby).await;
     // The child's ends close here: only the child chain holds them now.
     drop((
         null,

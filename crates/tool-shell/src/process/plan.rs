@@ -252,6 +252,8 @@ pub(crate) struct ChildPlan {
     /// `cgroup.procs` of the call's cgroups, open for writing: the keeper joins each (writes
     /// `0`) before it forks anything.
     pub cgroup_procs: Vec<RawFd>,
+    /// The keeper is in the call's cgroups already: a standby that joined them forked it.
+    pub joined: bool,
     /// dsh's argument and environment blocks (`[start, end)` addresses), which the forked init
     /// still holds a copy of and overwrites: see [`own_argument_blocks`].
     pub dsh_blocks: [(usize, usize); 2],

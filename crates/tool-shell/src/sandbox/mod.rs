@@ -54,6 +54,7 @@ pub(crate) struct Prepared {
 /// stand-ins mounted over hidden paths, which the command cannot touch). Landlock lets the
 /// command write beneath `w/`, which holds nothing but `tmp` (a rule on the mount point
 /// itself would not reach into the tmpfs: Landlock skips hidden mount points).
+#[derive(Debug)]
 pub(crate) struct PrivateDir {
     dir: tempfile::TempDir,
 }
@@ -81,6 +82,11 @@ impl PrivateDir {
         std::fs::File::create(&empty_file)?;
         std::fs::set_permissions(&empty_file, std::fs::Permissions::from_mode(0o000))?;
         Ok(PrivateDir { dir })
+    }
+
+    /// The folder itself.
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The command's temp folder.
