@@ -404,3 +404,86 @@ async fn git_clones_over_http_through_the_proxy() {
         "{v}"
     );
 }
+
+/// A stand-in for sshd on 127.0.0.2: says its banner, and sends the first line each client
+/// says (an ssh client's own banner) down the channel.
+fn ssh_banner_server() -> (u16, std::sync::mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = s.write_all(b"SSH-2.0-dshtest\r\n");
+                let mut line = Vec::new();
+                let mut byte = [0u8; 1];
+                while line.len() < 256 && !line.ends_with(b"\n") {
+                    match s.read(&mut byte) {
+                        Ok(1) => line.push(byte[0]),
+                        _ => break,
+                    }
+                }
+                let _ = tx.send(String::from_utf8_lossy(&line).trim().to_string());
+            });
+        }
+    });
+    (port, rx)
+}
+
+/// git over ssh: dsh sets `GIT_SSH_COMMAND` to ssh with a proxy command through the proxy,
+/// so `git ls-remote ssh://…` reaches an allowed host (the server hears ssh's banner) as a
+/// judged `CONNECT`, and a host no rule allows is refused, with the proxy's reason on the
+/// command's stderr and in `meta.egress`, and never reached.
+#[tokio::test]
+async fn git_over_ssh_goes_through_the_proxy() {
+    let (port, heard) = ssh_banner_server();
+    let env = env_with(
+        &["net(ssh.test)"],
+        &[],
+        Some("127.0.0.2 ssh.test other.test\n"),
+    );
+    let v = env
+        .ok(&format!(
+            "git ls-remote ssh://git@ssh.test:{port}/repo.git; \
+             echo \"GIT_SSH_COMMAND=$GIT_SSH_COMMAND\""
+        ))
+        .await;
+    let banner = heard
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("the ssh server heard nothing: {v}"));
+    assert!(banner.starts_with("SSH-2.0-"), "{banner}: {v}");
+    assert!(stdout(&v).contains("ProxyCommand"), "{v}");
+    let e = egress(&v);
+    assert_eq!(e.len(), 1, "{v}");
+    assert_eq!(e[0]["host"], "ssh.test", "{v}");
+    assert_eq!(e[0]["port"], port, "{v}");
+    assert_eq!(e[0]["via"], "CONNECT", "{v}");
+    assert_eq!(e[0]["decision"], "allow", "{v}");
+    assert!(e[0]["bytesUp"].as_u64().unwrap() > 0, "{v}");
+    assert!(e[0]["bytesDown"].as_u64().unwrap() > 0, "{v}");
+
+    let v = env
+        .ok(&format!(
+            "git ls-remote ssh://git@other.test:{port}/repo.git"
+        ))
+        .await;
+    assert_ne!(code(&v), 0, "{v}");
+    assert!(
+        stderr(&v).contains("dsh: the network proxy refused other.test:")
+            && stderr(&v).contains("no rule allows other.test"),
+        "the command is told why: {v}"
+    );
+    assert_eq!(
+        decisions(&v),
+        [("other.test".to_string(), "deny".to_string())],
+        "{v}"
+    );
+    assert!(
+        heard
+            .recv_timeout(std::time::Duration::from_millis(500))
+            .is_err(),
+        "the denied host was reached: {v}"
+    );
+}
