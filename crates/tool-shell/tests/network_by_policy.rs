@@ -296,7 +296,8 @@ async fn walking_around_the_proxy_gains_nothing() {
     }
 }
 
-/// A static file server on 127.0.0.2 for `root` (git's "dumb" HTTP protocol needs no more).
+/// A static file server on 127.0.0.2 for `root`, a folder's `index.html` for the folder (git's
+/// "dumb" HTTP protocol and a PEP 503 "simple" index need no more).
 fn file_server(root: std::path::PathBuf) -> u16 {
     let listener = TcpListener::bind("127.0.0.2:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -320,12 +321,20 @@ fn file_server(root: std::path::PathBuf) -> u16 {
                     .next()
                     .unwrap_or("/")
                     .trim_start_matches('/');
-                let file = root.join(path);
+                let mut file = root.join(path);
+                if file.is_dir() {
+                    file = file.join("index.html");
+                }
                 match (!path.contains(".."), std::fs::read(&file)) {
                     (true, Ok(body)) => {
+                        let kind = if file.extension().is_some_and(|e| e == "html") {
+                            "text/html"
+                        } else {
+                            "application/octet-stream"
+                        };
                         let _ = write!(
                             s,
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                             body.len()
                         );
                         let _ = s.write_all(&body);
@@ -485,5 +494,103 @@ async fn git_over_ssh_goes_through_the_proxy() {
             .recv_timeout(std::time::Duration::from_millis(500))
             .is_err(),
         "the denied host was reached: {v}"
+    );
+}
+
+/// A Python with pip: the one `scripts/mcp-sdks.sh` installs for the SDK tests (it fails,
+/// naming why, when it cannot).
+fn python_with_pip() -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mcp-sdks.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("bash runs scripts/mcp-sdks.sh");
+    assert!(
+        out.status.success(),
+        "scripts/mcp-sdks.sh could not install Python with pip"
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("python=").map(str::to_string))
+        .expect("scripts/mcp-sdks.sh names its python")
+}
+
+/// `pip download` from a local "simple" index (PEP 503) whose host a rule allows: the wheel
+/// arrives through the proxy (the index page and the file, each a judged plain-HTTP request);
+/// the same index under a host no rule allows gives pip nothing but 403s.
+#[tokio::test]
+async fn pip_downloads_from_an_allowed_index_only() {
+    let python = python_with_pip();
+    let served = tempfile::tempdir().unwrap();
+    let wheel = "tinypkg-1.0-py3-none-any.whl";
+    std::fs::create_dir_all(served.path().join("packages")).unwrap();
+    std::fs::create_dir_all(served.path().join("simple/tinypkg")).unwrap();
+    // A real wheel, small: one module and its metadata.
+    let made = Command::new(&python)
+        .arg("-c")
+        .arg(
+            "import sys, zipfile\n\
+             with zipfile.ZipFile(sys.argv[1], 'w') as z:\n\
+             \x20   z.writestr('tinypkg.py', 'VALUE = 42\\n')\n\
+             \x20   z.writestr('tinypkg-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: tinypkg\\nVersion: 1.0\\n')\n\
+             \x20   z.writestr('tinypkg-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: dsh-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+             \x20   z.writestr('tinypkg-1.0.dist-info/RECORD', '')\n",
+        )
+        .arg(served.path().join("packages").join(wheel))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::fs::write(
+        served.path().join("simple/index.html"),
+        "<html><body><a href=\"/simple/tinypkg/\">tinypkg</a></body></html>\n",
+    )
+    .unwrap();
+    std::fs::write(
+        served.path().join("simple/tinypkg/index.html"),
+        format!("<html><body><a href=\"/packages/{wheel}\">{wheel}</a></body></html>\n"),
+    )
+    .unwrap();
+    let port = file_server(served.path().to_path_buf());
+    let env = env_with(
+        &["net(pypi.test)"],
+        &[],
+        Some("127.0.0.2 pypi.test other.test\n"),
+    );
+    let pip = |host: &str| {
+        format!(
+            "{python} -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+             --retries 0 --timeout 20 --trusted-host {host} \
+             --index-url http://{host}:{port}/simple/ -d dl-{host} tinypkg"
+        )
+    };
+    let v = env
+        .ok(&format!("{} && ls dl-pypi.test", pip("pypi.test")))
+        .await;
+    assert_eq!(code(&v), 0, "{v}");
+    assert!(stdout(&v).contains(wheel), "{v}");
+    let d = decisions(&v);
+    assert!(d.len() >= 2, "the index page and the wheel: {v}");
+    assert!(
+        d.iter().all(|(h, dec)| h == "pypi.test" && dec == "allow"),
+        "{v}"
+    );
+    assert!(
+        egress(&v).iter().all(|e| e["via"] == "HTTP"),
+        "pip sends plain-HTTP requests to the proxy: {v}"
+    );
+
+    let v = env.ok(&pip("other.test")).await;
+    assert_ne!(code(&v), 0, "{v}");
+    assert!(
+        !env.path("dl").join(wheel).exists() || !stdout(&v).contains("Saved"),
+        "{v}"
+    );
+    let d = decisions(&v);
+    assert!(!d.is_empty(), "{v}");
+    assert!(
+        d.iter().all(|(h, dec)| h == "other.test" && dec == "deny"),
+        "{v}"
     );
 }
