@@ -392,3 +392,89 @@ fn the_sandbox_note_of_a_proxied_call_names_the_proxy_and_the_refused_hosts() {
         "{meta}"
     );
 }
+
+fn chown_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    if path.is_dir() && !path.is_symlink() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_tree(&entry.unwrap().path(), uid);
+        }
+    }
+}
+
+/// The proxied sandbox of an ordinary user (CI runs as root: dsh then runs as `nobody`, whose
+/// sandbox is an unprivileged user namespace with its own network namespace): curl reaches an
+/// allowed host through the proxy, a direct connect has no route, and both are in the log.
+#[test]
+fn an_ordinary_user_gets_the_network_by_policy_too() {
+    use std::os::unix::process::CommandExt;
+    let port = http_server();
+    let me = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap();
+    // As root, `nobody`; otherwise this user is already an ordinary one.
+    let uid = if me == 0 { 65534 } else { me };
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, policy, hosts) = setup(dir.path(), "allow = [\"net(pkg.test)\"]\n");
+    let t = shell_calls(
+        dir.path(),
+        &[
+            (
+                "ok",
+                format!("id -u; curl -sS --max-time 20 http://pkg.test:{port}/"),
+            ),
+            (
+                "direct",
+                format!(
+                    "curl -sS --max-time 5 -f --noproxy '*' http://127.0.0.2:{port}/; \
+                     echo hi > /dev/tcp/127.0.0.2/{port}"
+                ),
+            ),
+        ],
+    );
+    let log = dir.path().join("s.jsonl");
+    if me == 0 {
+        chown_tree(dir.path(), uid);
+    }
+    let args = [
+        "run".as_ref(),
+        t.as_os_str(),
+        "--workspace".as_ref(),
+        ws.as_os_str(),
+        "--log".as_ref(),
+        log.as_os_str(),
+        "--policy".as_ref(),
+        policy.as_os_str(),
+        "--net-hosts".as_ref(),
+        hosts.as_os_str(),
+    ];
+    let r = dsh_with(&args, |cmd| {
+        if me == 0 {
+            cmd.uid(uid).gid(uid);
+        }
+    });
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let ok = r.tool_content("ok");
+    assert!(ok.contains("hello through dsh"), "{ok}");
+    let direct = r.tool_content("direct");
+    assert!(!direct.contains("hello through dsh"), "{direct}");
+    let meta = result_meta(&log, "ok").to_string();
+    assert!(
+        meta.contains("\"decision\":\"allow\"") && meta.contains("net(pkg.test)"),
+        "{meta}"
+    );
+    // The direct attempts never reached the proxy: nothing allowed in their record.
+    let direct_meta = log_events(&log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result" && e["data"]["callId"] == "direct")
+        .unwrap()
+        .to_string();
+    assert!(
+        !direct_meta.contains("\"decision\":\"allow\""),
+        "{direct_meta}"
+    );
+    assert!(
+        direct_meta.contains("\"networkProxy\":true"),
+        "{direct_meta}"
+    );
+}
