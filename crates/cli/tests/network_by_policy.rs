@@ -478,3 +478,91 @@ fn an_ordinary_user_gets_the_network_by_policy_too() {
         "{direct_meta}"
     );
 }
+
+/// `dsh serve` over stdio with a 2025-11-25 client that declared elicitation: a connection to
+/// a host under `ask` is put to that client mid-call, on the call's own request (the
+/// elicitation names the host), and its answer decides; an accept holds for the session (the
+/// second connection is not asked again), a decline is a refusal.
+fn serve_answering(action: &str) -> (Vec<Value>, String, std::path::PathBuf, tempfile::TempDir) {
+    use common::stdio::Client;
+    let port = http_server();
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, policy, hosts) = setup(dir.path(), "ask = [\"net(ask.test)\"]\n");
+    let log = dir.path().join("s.jsonl");
+    let mut client = Client::start(&[
+        "--workspace".as_ref(),
+        ws.as_os_str(),
+        "--log".as_ref(),
+        log.as_os_str(),
+        "--policy".as_ref(),
+        policy.as_os_str(),
+        "--net-hosts".as_ref(),
+        hosts.as_os_str(),
+    ]);
+    client.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25",
+               "capabilities": {"elicitation": {"form": {}}},
+               "clientInfo": {"name": "asked-2025", "version": "1"}}),
+    );
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let command = format!(
+        "curl -sS --max-time 30 -i http://ask.test:{port}/ ; curl -sS --max-time 30 -i http://ask.test:{port}/"
+    );
+    client.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "shell", "arguments": {"command": command}}}));
+    let mut asked = Vec::new();
+    let result = loop {
+        let message = client.next_message();
+        if message["method"] == "elicitation/create" {
+            asked.push(message["params"].clone());
+            client.send(&json!({"jsonrpc": "2.0", "id": message["id"],
+                "result": {"action": action}}));
+            continue;
+        }
+        if message["id"] == 7 {
+            break message;
+        }
+    };
+    assert!(result.get("error").is_none(), "{result}");
+    let text = result["result"]["content"].to_string();
+    assert_eq!(client.finish(), 0);
+    (asked, text, log, dir)
+}
+
+#[test]
+fn a_2025_serve_client_is_asked_mid_call_and_its_answer_holds() {
+    let (asked, text, log, _dir) = serve_answering("accept");
+    assert_eq!(asked.len(), 1, "asked once per host and session: {asked:?}");
+    let message = asked[0]["message"].as_str().unwrap_or("");
+    assert!(message.contains("ask.test"), "{message}");
+    assert_eq!(
+        text.matches("hello through dsh").count(),
+        2,
+        "both connections went through: {text}"
+    );
+    let result = log_events(&log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result")
+        .expect("the call's result")
+        .to_string();
+    assert!(
+        result.contains("\"decision\":\"allow\"") && result.contains("net(ask.test)"),
+        "{result}"
+    );
+    assert_eq!(check(&log).code, 0);
+
+    let (asked, text, log, _dir) = serve_answering("decline");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(!text.contains("hello through dsh"), "{text}");
+    assert!(text.contains("403") && text.contains("declined"), "{text}");
+    let result = log_events(&log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result")
+        .expect("the call's result")
+        .to_string();
+    assert!(
+        result.contains("\"egressRefused\":[\"ask.test\"]"),
+        "{result}"
+    );
+}

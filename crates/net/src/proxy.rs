@@ -17,11 +17,36 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 
+/// The call a proxy serves: its question about a host under `ask` goes to the approver of
+/// this agent, about this call (a served client is asked on the stream of the request that
+/// made the call).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallTag {
+    /// The agent that made the call (the session, when served).
+    pub agent: String,
+    /// The call's id.
+    pub call_id: String,
+}
+
+/// The approver's answer about a host under `ask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetAnswer {
+    /// Allowed, for the rest of the session.
+    Allow,
+    /// Declined, for the rest of the session.
+    Decline,
+    /// Nobody can be asked while this call runs (a served client of the stateless era, one
+    /// that declared no elicitation): the connection is refused with a reason naming the
+    /// rule to add, and nothing is remembered (a later call may be asked).
+    CannotAsk,
+}
+
 /// Asks whoever approves calls about a destination under an `ask` rule.
 #[async_trait]
 pub trait NetAsker: Send + Sync {
-    /// `true` to allow. `host` as the client asked for it, `rule` the rule that asks.
-    async fn ask(&self, host: &str, port: u16, rule: &str) -> bool;
+    /// The answer about `host` (as the client asked for it) and `port`, for the call `call`;
+    /// `rule` the rule that asks.
+    async fn ask(&self, call: &CallTag, host: &str, port: u16, rule: &str) -> NetAnswer;
 }
 
 /// The proxy's bounds.
@@ -55,13 +80,17 @@ impl Default for ProxyLimits {
     }
 }
 
+/// What the proxy judges by: one per session, with the call it serves (`call`, empty for
+/// the session itself) set in each call's copy.
+#[derive(Clone)]
 struct Shared {
-    rules: NetRules,
-    hosts: Option<HostsFile>,
+    rules: Arc<NetRules>,
+    hosts: Option<Arc<HostsFile>>,
     asker: Option<Arc<dyn NetAsker>>,
     limits: ProxyLimits,
-    /// Answers to `ask`, per host, for the session.
-    answers: Mutex<HashMap<String, bool>>,
+    /// Answers to `ask`, per agent and host, for the session (shared by its calls).
+    answers: Arc<Mutex<HashMap<(String, String), bool>>>,
+    call: CallTag,
 }
 
 /// The network proxy of a session: the rules, the resolver, the approver and the session's
@@ -110,11 +139,12 @@ impl NetProxy {
     ) -> NetProxy {
         NetProxy {
             shared: Arc::new(Shared {
-                rules,
-                hosts,
+                rules: Arc::new(rules),
+                hosts: hosts.map(Arc::new),
                 asker,
                 limits,
-                answers: Mutex::new(HashMap::new()),
+                answers: Arc::new(Mutex::new(HashMap::new())),
+                call: CallTag::default(),
             }),
         }
     }
@@ -123,15 +153,17 @@ impl NetProxy {
     /// refusal naming the rule to add), each question waiting at most `ask_timeout` (the
     /// pipeline's approval timeout); a fresh session memory of answers.
     pub fn with_asker(&self, asker: Option<Arc<dyn NetAsker>>, ask_timeout: Duration) -> NetProxy {
-        NetProxy::with(
-            self.shared.rules.clone(),
-            self.shared.hosts.clone(),
-            asker,
-            ProxyLimits {
-                ask_timeout,
-                ..self.shared.limits.clone()
-            },
-        )
+        NetProxy {
+            shared: Arc::new(Shared {
+                asker,
+                limits: ProxyLimits {
+                    ask_timeout,
+                    ..self.shared.limits.clone()
+                },
+                answers: Arc::new(Mutex::new(HashMap::new())),
+                ..(*self.shared).clone()
+            }),
+        }
     }
 
     /// The bounds it works within.
@@ -145,10 +177,21 @@ impl NetProxy {
     }
 
     /// Serves one call on `listener` until the returned [`CallProxy`] is finished or dropped:
-    /// then every connection it opened is closed.
+    /// then every connection it opened is closed. Its questions name no call (see
+    /// [`NetProxy::serve_call`]).
     pub fn serve(&self, listener: TcpListener) -> CallProxy {
+        self.serve_call(listener, CallTag::default())
+    }
+
+    /// [`NetProxy::serve`] for the call `call`: its questions about hosts under `ask` carry
+    /// the call's agent and id, so the approver asks that agent's client about that call;
+    /// answers are remembered per agent and host for the session.
+    pub fn serve_call(&self, listener: TcpListener, call: CallTag) -> CallProxy {
         let log = Arc::new(EgressLog::new(self.shared.limits.max_records));
-        let shared = self.shared.clone();
+        let shared = Arc::new(Shared {
+            call,
+            ..(*self.shared).clone()
+        });
         let task = tokio::spawn(accept_loop(shared, listener, log.clone()));
         CallProxy { task, log }
     }
@@ -462,27 +505,34 @@ fn is_host_name(name: &str) -> bool {
 /// Asks once per host and session; an accept and a decline are both remembered, and so is a
 /// question left unanswered until the timeout (as a decline).
 async fn ask(shared: &Shared, name: &str, port: u16, rule: &str) -> Result<bool, Refusal> {
-    let Some(asker) = &shared.asker else {
-        return Err(refuse(
+    let cannot_ask = || {
+        refuse(
             format!(
                 "{name} is under `{rule}` and this client cannot be asked in the middle of a call; add `net({name})` to `allow` to reach it"
             ),
             Some(rule.to_string()),
-        ));
+        )
     };
+    let Some(asker) = &shared.asker else {
+        return Err(cannot_ask());
+    };
+    let key = (shared.call.agent.clone(), name.to_string());
     // One question at a time: a second connection to the same host waits for the first
     // answer instead of asking again.
     let mut answers = shared.answers.lock().await;
-    if let Some(answer) = answers.get(name) {
+    if let Some(answer) = answers.get(&key) {
         return Ok(*answer);
     }
-    match tokio::time::timeout(shared.limits.ask_timeout, asker.ask(name, port, rule)).await {
+    let asked = asker.ask(&shared.call, name, port, rule);
+    match tokio::time::timeout(shared.limits.ask_timeout, asked).await {
+        Ok(NetAnswer::CannotAsk) => Err(cannot_ask()),
         Ok(answer) => {
-            answers.insert(name.to_string(), answer);
-            Ok(answer)
+            let allowed = answer == NetAnswer::Allow;
+            answers.insert(key, allowed);
+            Ok(allowed)
         }
         Err(_) => {
-            answers.insert(name.to_string(), false);
+            answers.insert(key, false);
             Err(refuse(
                 format!(
                     "{name} was asked about (by `{rule}`) and no answer came within the approval timeout"

@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 use dsh_core::net_rules::{NetClass, NetRules};
-use dsh_net::{CallProxy, HostsFile, NetAsker, NetProxy, ProxyLimits, Via};
+use dsh_net::{CallProxy, CallTag, HostsFile, NetAnswer, NetAsker, NetProxy, ProxyLimits, Via};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -318,10 +318,11 @@ struct Asker {
 
 #[async_trait]
 impl NetAsker for Asker {
-    async fn ask(&self, _host: &str, _port: u16, _rule: &str) -> bool {
+    async fn ask(&self, _call: &CallTag, _host: &str, _port: u16, _rule: &str) -> NetAnswer {
         self.asked.fetch_add(1, Ordering::SeqCst);
         match self.answer {
-            Some(a) => a,
+            Some(true) => NetAnswer::Allow,
+            Some(false) => NetAnswer::Decline,
             None => std::future::pending().await,
         }
     }

@@ -20,7 +20,7 @@
 use crate::config::{SandboxConfig, SandboxMode};
 use crate::process::Launch;
 use crate::process::plan::NetSetup;
-use dsh_net::{CallProxy, EgressReport, NetProxy, SANDBOX_PROXY_PORT};
+use dsh_net::{CallProxy, CallTag, EgressReport, NetProxy, SANDBOX_PROXY_PORT};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule,
@@ -137,9 +137,10 @@ impl CallNet {
     }
 
     /// After the fork: dsh's copy of the keeper's end closes (so a keeper that fails closes
-    /// the channel), the listener arrives, and the proxy serves the call. `Err` when the
-    /// keeper closed the channel without a listener: its report says why.
-    pub(crate) async fn serve(mut self) -> Result<CallProxy, String> {
+    /// the channel), the listener arrives, and the proxy serves the call `call_id` of
+    /// `agent` (whose approver it asks about hosts under `ask`). `Err` when the keeper closed
+    /// the channel without a listener: its report says why.
+    pub(crate) async fn serve(mut self, agent: &str, call_id: &str) -> Result<CallProxy, String> {
         drop(self.theirs.take());
         let ours = self.ours;
         let received = tokio::task::spawn_blocking(move || {
@@ -158,7 +159,11 @@ impl CallNet {
             .map_err(|e| format!("the proxy's listener: {e}"))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("the proxy's listener: {e}"))?;
-        Ok(self.proxy.serve(listener))
+        let call = CallTag {
+            agent: agent.to_string(),
+            call_id: call_id.to_string(),
+        };
+        Ok(self.proxy.serve_call(listener, call))
     }
 }
 
