@@ -16,36 +16,6 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 
-/// A tiny HTTP server on 127.0.0.2: every request gets `hello from PATH`.
-fn http_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf).to_string();
-                let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
-                let body = format!("hello from {path}\n");
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-    port
-}
-
 /// `openssl s_server` on 127.0.0.2 with a certificate for `pkg.test`; killed on drop.
 struct TlsServer {
     child: Child,
@@ -116,6 +86,104 @@ fn tls_server() -> TlsServer {
     }
 }
 
+/// An HTTP server on 127.0.0.2, one request per connection: `answer(PATH)` gives the
+/// content type and body of a `200`, or `None` for a `404`.
+fn http_on_loopback(
+    answer: impl Fn(&str) -> Option<(&'static str, Vec<u8>)> + Send + Sync + 'static,
+) -> u16 {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let answer = std::sync::Arc::new(answer);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                match answer(&path) {
+                    Some((kind, body)) => {
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = s.write_all(&body);
+                    }
+                    None => {
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        );
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The file under `root` a request's path names, a folder's `index.html` for the folder
+/// (git's "dumb" HTTP protocol and a PEP 503 "simple" index need no more).
+fn file_at(root: &std::path::Path, path: &str) -> Option<(&'static str, Vec<u8>)> {
+    let path = path
+        .split('?')
+        .next()
+        .unwrap_or("/")
+        .trim_start_matches('/');
+    if path.contains("..") {
+        return None;
+    }
+    let mut file = root.join(path);
+    if file.is_dir() {
+        file = file.join("index.html");
+    }
+    let body = std::fs::read(&file).ok()?;
+    let kind = if file.extension().is_some_and(|e| e == "html") {
+        "text/html"
+    } else {
+        "application/octet-stream"
+    };
+    Some((kind, body))
+}
+
+/// Each test's world: an HTTP server on 127.0.0.2 (`port`), and a shell whose proxy allows
+/// `allow` and resolves through the hosts file `hosts`.
+struct Fixture {
+    env: Env,
+    port: u16,
+}
+
+impl Fixture {
+    /// Every request gets `hello from PATH`.
+    fn hello(allow: &[&str], hosts: &str) -> Fixture {
+        let port = http_on_loopback(|path| {
+            Some(("text/plain", format!("hello from {path}\n").into_bytes()))
+        });
+        Fixture {
+            env: env_with(allow, &[], Some(hosts)),
+            port,
+        }
+    }
+
+    /// The files under `root`.
+    fn files(root: std::path::PathBuf, allow: &[&str], hosts: &str) -> Fixture {
+        let port = http_on_loopback(move |path| file_at(&root, path));
+        Fixture {
+            env: env_with(allow, &[], Some(hosts)),
+            port,
+        }
+    }
+}
+
 fn env_with(allow: &[&str], deny: &[&str], hosts: Option<&str>) -> Env {
     let rules = NetRules::new(allow, &[], deny, NetClass::Deny).unwrap();
     let proxy = NetProxy::new(rules, hosts.map(|h| HostsFile::parse(h).unwrap()));
@@ -142,9 +210,8 @@ fn decisions(v: &Value) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn an_allowed_host_works_over_http_connect_and_socks5() {
-    let port = http_server();
+    let Fixture { env, port } = Fixture::hello(&["net(pkg.test)"], HOSTS);
     let tls = tls_server();
-    let env = env_with(&["net(pkg.test)"], &[], Some(HOSTS));
     let v = env
         .ok(&format!(
             "curl -sS --max-time 20 http://pkg.test:{port}/plain && \
@@ -175,9 +242,8 @@ async fn an_allowed_host_works_over_http_connect_and_socks5() {
 
 #[tokio::test]
 async fn denied_hosts_literals_loopback_names_and_mismatches_are_refused() {
-    let port = http_server();
+    let Fixture { env, port } = Fixture::hello(&["net(pkg.test)"], HOSTS);
     let tls = tls_server();
-    let env = env_with(&["net(pkg.test)"], &[], Some(HOSTS));
     let cases = [
         (
             "denied host",
@@ -236,8 +302,7 @@ async fn denied_hosts_literals_loopback_names_and_mismatches_are_refused() {
 
 #[tokio::test]
 async fn walking_around_the_proxy_gains_nothing() {
-    let port = http_server();
-    let env = env_with(&["net(pkg.test)"], &[], Some(HOSTS));
+    let Fixture { env, port } = Fixture::hello(&["net(pkg.test)"], HOSTS);
     let relay = "perl -MIO::Socket::INET -e '$l=IO::Socket::INET->new(LocalAddr=>\"127.0.0.1:8888\",Listen=>5,ReuseAddr=>1) or die; \
         if(!fork){while($c=$l->accept){$u=IO::Socket::INET->new(\"127.0.0.1:3128\") or die; \
         if(!fork){while(sysread($c,$b,65536)){syswrite($u,$b)} exit} while(sysread($u,$b,65536)){syswrite($c,$b)} close $c} exit}' ; sleep 0.3";
@@ -296,62 +361,6 @@ async fn walking_around_the_proxy_gains_nothing() {
     }
 }
 
-/// A static file server on 127.0.0.2 for `root`, a folder's `index.html` for the folder (git's
-/// "dumb" HTTP protocol and a PEP 503 "simple" index need no more).
-fn file_server(root: std::path::PathBuf) -> u16 {
-    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let root = root.clone();
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf).to_string();
-                let path = head.split_whitespace().nth(1).unwrap_or("/");
-                let path = path
-                    .split('?')
-                    .next()
-                    .unwrap_or("/")
-                    .trim_start_matches('/');
-                let mut file = root.join(path);
-                if file.is_dir() {
-                    file = file.join("index.html");
-                }
-                match (!path.contains(".."), std::fs::read(&file)) {
-                    (true, Ok(body)) => {
-                        let kind = if file.extension().is_some_and(|e| e == "html") {
-                            "text/html"
-                        } else {
-                            "application/octet-stream"
-                        };
-                        let _ = write!(
-                            s,
-                            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                            body.len()
-                        );
-                        let _ = s.write_all(&body);
-                    }
-                    _ => {
-                        let _ = write!(
-                            s,
-                            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                        );
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
 #[tokio::test]
 async fn git_clones_over_http_through_the_proxy() {
     let served = tempfile::tempdir().unwrap();
@@ -381,11 +390,10 @@ async fn git_clones_over_http_through_the_proxy() {
     git(&["commit", "-q", "-m", "one"], &src);
     git(&["clone", "-q", "--bare", "src", "repo.git"], served.path());
     git(&["update-server-info"], &served.path().join("repo.git"));
-    let port = file_server(served.path().to_path_buf());
-    let env = env_with(
+    let Fixture { env, port } = Fixture::files(
+        served.path().to_path_buf(),
         &["net(git.test)"],
-        &[],
-        Some("127.0.0.2 git.test other.test\n"),
+        "127.0.0.2 git.test other.test\n",
     );
     let v = env
         .ok(&format!(
@@ -552,11 +560,10 @@ async fn pip_downloads_from_an_allowed_index_only() {
         format!("<html><body><a href=\"/packages/{wheel}\">{wheel}</a></body></html>\n"),
     )
     .unwrap();
-    let port = file_server(served.path().to_path_buf());
-    let env = env_with(
+    let Fixture { env, port } = Fixture::files(
+        served.path().to_path_buf(),
         &["net(pypi.test)"],
-        &[],
-        Some("127.0.0.2 pypi.test other.test\n"),
+        "127.0.0.2 pypi.test other.test\n",
     );
     let pip = |host: &str| {
         format!(
