@@ -30,6 +30,7 @@ mod error;
 mod hosts;
 mod proxy;
 mod socks;
+mod splice;
 mod tls;
 
 pub use egress::{Egress, EgressReport, Via};

@@ -10,9 +10,11 @@ use dsh_core::net_rules::{
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
@@ -870,7 +872,7 @@ pub(crate) async fn tunnel(
     let index = log.push(rec, Some(counters.clone()));
     let (mut cr, mut cw) = client.into_split();
     let (mut ur, mut uw) = upstream.into_split();
-    let down = pump(&mut ur, &mut cw, &counters.down);
+    let down = carry(&mut ur, &mut cw, &counters.down);
     tokio::pin!(down);
     let mut down_done = false;
     if via != Via::Http {
@@ -896,7 +898,7 @@ pub(crate) async fn tunnel(
             }
             counters.up.fetch_add(first.len() as u64, Ordering::Relaxed);
         }
-        pump(&mut cr, &mut uw, &counters.up).await;
+        carry(&mut cr, &mut uw, &counters.up).await;
     };
     if down_done {
         up.await;
@@ -951,13 +953,29 @@ async fn check_hello<R: AsyncRead + Unpin>(
     }
 }
 
+/// Copies from `r` to `w` until the end of `r`, then shuts `w` down for writing, counting the
+/// bytes `w` took: through a pipe with `splice(2)` (the bytes never enter user space), or
+/// through a buffer where no pipe can be made.
+async fn carry(r: &mut OwnedReadHalf, w: &mut OwnedWriteHalf, count: &AtomicU64) {
+    match crate::splice::Pipe::new() {
+        Ok(pipe) => {
+            pipe.carry(r, w, count).await;
+            let _ = w.shutdown().await;
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "no pipe for splice: copying through a buffer");
+            pump(r, w, count).await;
+        }
+    }
+}
+
 /// Copies until the end of `r`, then shuts `w` down for writing.
 async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     r: &mut R,
     w: &mut W,
     count: &std::sync::atomic::AtomicU64,
 ) {
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
