@@ -1,8 +1,10 @@
 //! The network by policy through `dsh run`: `net(…)` rules in the policy and `--net-hosts`
 //! give shell commands the allowed hosts through dsh's proxy, and nothing else; every attempt
 //! is in the logged result's `meta.egress`, which `dsh check` accepts; `ask` goes to the
-//! approver; `--shell-network` keeps its meaning (the whole network, no proxy). Servers
-//! listen on 127.0.0.2 only.
+//! approver (a 2025-11-25 `dsh serve` client by elicitation mid-call; a stateless one gets a
+//! refusal naming the rule); `--shell-network` keeps its meaning (the whole network, no
+//! proxy); an ordinary user (`nobody` when run as root) gets the same. Servers listen on
+//! 127.0.0.2 only.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
@@ -459,10 +461,9 @@ fn an_ordinary_user_gets_the_network_by_policy_too() {
     );
 }
 
-/// `dsh serve` over stdio with a 2025-11-25 client that declared elicitation: a connection to
-/// a host under `ask` is put to that client mid-call, on the call's own request (the
-/// elicitation names the host), and its answer decides; an accept holds for the session (the
-/// second connection is not asked again), a decline is a refusal.
+/// `dsh serve` over stdio, a raw 2025-11-25 client that declared elicitation answering every
+/// `elicitation/create` with `action`, one `shell` call connecting twice to `ask.test`: the
+/// questions it was asked, the call's content, and the fixture (its log).
 fn serve_answering(action: &str) -> (Vec<Value>, String, Fixture) {
     use common::stdio::Client;
     let f = Fixture::new(Some("ask = [\"net(ask.test)\"]\n"));
@@ -499,6 +500,10 @@ fn serve_answering(action: &str) -> (Vec<Value>, String, Fixture) {
     (asked, text, f)
 }
 
+/// `dsh serve` over stdio with a 2025-11-25 client that declared elicitation: a connection to
+/// a host under `ask` is put to that client mid-call, on the call's own request (the
+/// elicitation names the host), and its answer decides; an accept holds for the session (the
+/// second connection is not asked again), a decline is a refusal.
 #[test]
 fn a_2025_serve_client_is_asked_mid_call_and_its_answer_holds() {
     let (asked, text, f) = serve_answering("accept");

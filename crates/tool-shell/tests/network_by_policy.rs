@@ -1,9 +1,10 @@
 //! The network by policy: a command with `net(…)` rules reaches allowed hosts through dsh's
-//! proxy (curl over plain HTTP, over CONNECT to a TLS server, through SOCKS5), and nothing
-//! else: denied hosts, IP literals, names resolving to loopback, Host and SNI mismatches are
-//! refused and recorded in `meta.egress`; direct connects, UDP and DNS, unset proxy variables,
-//! SOCKS5 to a denied host and a relay inside the sandbox gain nothing. Servers listen on
-//! 127.0.0.2 only.
+//! proxy (curl over plain HTTP, over CONNECT to a TLS server, through SOCKS5; git over HTTP
+//! and over ssh through `GIT_SSH_COMMAND`; pip from a local index), and nothing else: denied
+//! hosts, IP literals, names resolving to loopback, Host and SNI mismatches are refused and
+//! recorded in `meta.egress`; direct connects, UDP and DNS, unset proxy variables, SOCKS5 to
+//! a denied host and a relay inside the sandbox gain nothing. Servers listen on 127.0.0.2
+//! only.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
