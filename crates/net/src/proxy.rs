@@ -82,6 +82,11 @@ impl Default for ProxyLimits {
     }
 }
 
+/// The session's answer about one host for one agent: `None` until given; its lock is held
+/// while the question is out, so a second connection waits for that answer instead of
+/// asking again (and questions about other hosts, or from other agents, do not wait).
+type Answer = Arc<Mutex<Option<bool>>>;
+
 /// What the proxy judges by: one per session, with the call it serves (`call`, empty for
 /// the session itself) set in each call's copy.
 #[derive(Clone)]
@@ -91,7 +96,7 @@ struct Shared {
     asker: Option<Arc<dyn NetAsker>>,
     limits: ProxyLimits,
     /// Answers to `ask`, per agent and host, for the session (shared by its calls).
-    answers: Arc<Mutex<HashMap<(String, String), bool>>>,
+    answers: Arc<std::sync::Mutex<HashMap<(String, String), Answer>>>,
     call: CallTag,
 }
 
@@ -145,7 +150,7 @@ impl NetProxy {
                 hosts: hosts.map(Arc::new),
                 asker,
                 limits,
-                answers: Arc::new(Mutex::new(HashMap::new())),
+                answers: Arc::default(),
                 call: CallTag::default(),
             }),
         }
@@ -162,7 +167,7 @@ impl NetProxy {
                     ask_timeout,
                     ..self.shared.limits.clone()
                 },
-                answers: Arc::new(Mutex::new(HashMap::new())),
+                answers: Arc::default(),
                 ..(*self.shared).clone()
             }),
         }
@@ -519,22 +524,27 @@ async fn ask(shared: &Shared, name: &str, port: u16, rule: &str) -> Result<bool,
         return Err(cannot_ask());
     };
     let key = (shared.call.agent.clone(), name.to_string());
-    // One question at a time: a second connection to the same host waits for the first
-    // answer instead of asking again.
-    let mut answers = shared.answers.lock().await;
-    if let Some(answer) = answers.get(&key) {
-        return Ok(*answer);
+    let slot = shared
+        .answers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key)
+        .or_default()
+        .clone();
+    let mut answer = slot.lock().await;
+    if let Some(given) = *answer {
+        return Ok(given);
     }
     let asked = asker.ask(&shared.call, name, port, rule);
     match tokio::time::timeout(shared.limits.ask_timeout, asked).await {
         Ok(NetAnswer::CannotAsk) => Err(cannot_ask()),
-        Ok(answer) => {
-            let allowed = answer == NetAnswer::Allow;
-            answers.insert(key, allowed);
+        Ok(given) => {
+            let allowed = given == NetAnswer::Allow;
+            *answer = Some(allowed);
             Ok(allowed)
         }
         Err(_) => {
-            answers.insert(key, false);
+            *answer = Some(false);
             Err(refuse(
                 format!(
                     "{name} was asked about (by `{rule}`) and no answer came within the approval timeout"
