@@ -7,7 +7,7 @@ use crate::error::CliError;
 use async_trait::async_trait;
 use dsh_core::{ApprovalAnswer, ApprovalRequest, ApprovalResponder};
 use dsh_guards::PermissionRules;
-use dsh_net::{HostsFile, NetAsker, NetProxy};
+use dsh_net::{CallTag, HostsFile, NetAnswer, NetAsker, NetProxy};
 use dsh_tool_shell::SandboxConfig;
 use serde_json::json;
 use std::sync::Arc;
@@ -37,39 +37,46 @@ pub(crate) fn proxy(
 }
 
 /// The sandbox with its proxy asking `approval` about hosts under `ask`, each question
-/// bounded by `timeout` (the pipeline's approval timeout). A responder that cannot answer in
-/// the middle of a call ([`ApprovalResponder::asks_mid_call`], `dsh serve`'s) is not asked:
-/// such a host is refused with a reason naming the host and the rule to add.
+/// bounded by `timeout` (the pipeline's approval timeout), about the call whose command
+/// connects. Where the responder cannot answer in the middle of that call
+/// ([`ApprovalResponder::asks_mid_call`]: `dsh serve`'s, for a client of the stateless
+/// 2026-07-28 era or one without elicitation) it is not asked: such a host is refused with a
+/// reason naming the host and the rule to add.
 pub(crate) fn asking(
     mut sandbox: SandboxConfig,
     approval: &Arc<dyn ApprovalResponder>,
     timeout: Duration,
 ) -> SandboxConfig {
     if let Some(proxy) = sandbox.proxy.take() {
-        let asker: Option<Arc<dyn NetAsker>> = approval
-            .asks_mid_call()
-            .then(|| Arc::new(Asker(approval.clone())) as Arc<dyn NetAsker>);
-        sandbox.proxy = Some(proxy.with_asker(asker, timeout));
+        let asker: Arc<dyn NetAsker> = Arc::new(Asker(approval.clone()));
+        sandbox.proxy = Some(proxy.with_asker(Some(asker), timeout));
     }
     sandbox
 }
 
-/// A host under `ask`, put to the approval responder as a request of the pseudo-tool `net`.
+/// A host under `ask`, put to the approval responder as a request of the pseudo-tool `net`,
+/// with the agent and id of the call whose command connects.
 struct Asker(Arc<dyn ApprovalResponder>);
 
 #[async_trait]
 impl NetAsker for Asker {
-    async fn ask(&self, host: &str, port: u16, rule: &str) -> bool {
+    async fn ask(&self, call: &CallTag, host: &str, port: u16, rule: &str) -> NetAnswer {
+        if !self.0.asks_mid_call(&call.agent, &call.call_id) {
+            return NetAnswer::CannotAsk;
+        }
         let request = ApprovalRequest {
-            call_id: format!("net:{host}"),
+            call_id: call.call_id.clone(),
             tool: "net".into(),
-            agent: String::new(),
+            agent: call.agent.clone(),
             arguments: json!({"host": host, "port": port}),
             prompt: format!(
                 "a shell command wants to connect to {host}:{port} (rule `{rule}`); allow {host} for the rest of this session?"
             ),
         };
-        matches!(self.0.respond(&request).await, Ok(ApprovalAnswer::Approve))
+        match self.0.respond(&request).await {
+            Ok(ApprovalAnswer::Approve) => NetAnswer::Allow,
+            _ => NetAnswer::Decline,
+        }
     }
 }
 
@@ -141,7 +148,7 @@ mod tests {
             std::future::pending().await
         }
 
-        fn asks_mid_call(&self) -> bool {
+        fn asks_mid_call(&self, _agent: &str, _call_id: &str) -> bool {
             self.mid_call
         }
     }

@@ -1,8 +1,10 @@
 //! The network by policy through `dsh run`: `net(…)` rules in the policy and `--net-hosts`
 //! give shell commands the allowed hosts through dsh's proxy, and nothing else; every attempt
 //! is in the logged result's `meta.egress`, which `dsh check` accepts; `ask` goes to the
-//! approver; `--shell-network` keeps its meaning (the whole network, no proxy). Servers
-//! listen on 127.0.0.2 only.
+//! approver (a 2025-11-25 `dsh serve` client by elicitation mid-call; a stateless one gets a
+//! refusal naming the rule); `--shell-network` keeps its meaning (the whole network, no
+//! proxy); an ordinary user (`nobody` when run as root) gets the same. Servers listen on
+//! 127.0.0.2 only.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod common;
 
@@ -10,7 +12,7 @@ use common::*;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn http_server() -> u16 {
     let listener = TcpListener::bind("127.0.0.2:0").unwrap();
@@ -66,24 +68,91 @@ fn result_meta(log: &Path, id: &str) -> Value {
         .unwrap_or_else(|| panic!("no result for {id}"))
 }
 
-fn setup(dir: &Path, policy: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let ws = dir.join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    let policy_file = dir.join("policy.toml");
-    std::fs::write(&policy_file, policy).unwrap();
-    let hosts = dir.join("hosts");
-    std::fs::write(&hosts, "127.0.0.2 pkg.test other.test ask.test\n").unwrap();
-    (ws, policy_file, hosts)
+/// One test's world: the HTTP server on 127.0.0.2, and a folder with the workspace, the
+/// policy (when given), the hosts file naming `pkg.test`, `other.test` and `ask.test`
+/// (127.0.0.2), and the session's log.
+struct Fixture {
+    port: u16,
+    dir: tempfile::TempDir,
+    ws: PathBuf,
+    policy: Option<PathBuf>,
+    hosts: PathBuf,
+    log: PathBuf,
+}
+
+impl Fixture {
+    fn new(policy: Option<&str>) -> Fixture {
+        let port = http_server();
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let policy = policy.map(|text| {
+            let file = dir.path().join("policy.toml");
+            std::fs::write(&file, text).unwrap();
+            file
+        });
+        let hosts = dir.path().join("hosts");
+        std::fs::write(&hosts, "127.0.0.2 pkg.test other.test ask.test\n").unwrap();
+        let log = dir.path().join("s.jsonl");
+        Fixture {
+            port,
+            dir,
+            ws,
+            policy,
+            hosts,
+            log,
+        }
+    }
+
+    /// `--workspace`, `--log`, `--policy` (when given) and `--net-hosts`.
+    fn args(&self) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--workspace".into(),
+            self.ws.clone().into(),
+            "--log".into(),
+            self.log.clone().into(),
+        ];
+        if let Some(policy) = &self.policy {
+            args.extend(["--policy".into(), policy.clone().into()]);
+        }
+        args.extend(["--net-hosts".into(), self.hosts.clone().into()]);
+        args
+    }
+
+    /// `dsh run` of one assistant turn making these shell calls, with [`Fixture::args`] and
+    /// `extra`, as `uid` when given.
+    fn run_as(&self, calls: &[(&str, String)], extra: &[&str], uid: Option<u32>) -> Run {
+        use std::os::unix::process::CommandExt;
+        let t = shell_calls(self.dir.path(), calls);
+        let mut args: Vec<std::ffi::OsString> = vec!["run".into(), t.into()];
+        args.extend(self.args());
+        args.extend(extra.iter().map(Into::into));
+        if let Some(uid) = uid {
+            chown_tree(self.dir.path(), uid);
+        }
+        dsh_with(&args, |cmd| {
+            if let Some(uid) = uid {
+                cmd.uid(uid).gid(uid);
+            }
+        })
+    }
+
+    fn run(&self, calls: &[(&str, String)], extra: &[&str]) -> Run {
+        self.run_as(calls, extra, None)
+    }
+
+    /// The logged result's meta of call `id`.
+    fn meta(&self, id: &str) -> String {
+        result_meta(&self.log, id).to_string()
+    }
 }
 
 #[test]
 fn commands_reach_allowed_hosts_only_and_every_attempt_is_logged() {
-    let port = http_server();
-    let dir = tempfile::tempdir().unwrap();
     // `allow = ["*"]` and the default `allow` do not reach the network.
-    let (ws, policy, hosts) = setup(dir.path(), "allow = [\"*\", \"net(pkg.test)\"]\n");
-    let t = shell_calls(
-        dir.path(),
+    let f = Fixture::new(Some("allow = [\"*\", \"net(pkg.test)\"]\n"));
+    let port = f.port;
+    let r = f.run(
         &[
             (
                 "ok",
@@ -98,18 +167,7 @@ fn commands_reach_allowed_hosts_only_and_every_attempt_is_logged() {
                 format!("curl -sS --max-time 5 -f --noproxy '*' http://127.0.0.2:{port}/"),
             ),
         ],
-    );
-    let log = dir.path().join("s.jsonl");
-    let r = run(
-        &t,
-        &ws,
-        &log,
-        &[
-            "--policy",
-            policy.to_str().unwrap(),
-            "--net-hosts",
-            hosts.to_str().unwrap(),
-        ],
+        &[],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
@@ -124,48 +182,33 @@ fn commands_reach_allowed_hosts_only_and_every_attempt_is_logged() {
         "the model is told which host was refused: {denied}"
     );
     assert!(!r.tool_content("direct").contains("hello through dsh"));
-    let ok = result_meta(&log, "ok").to_string();
+    let ok = f.meta("ok");
     assert!(
         ok.contains("\"decision\":\"allow\"") && ok.contains("net(pkg.test)"),
         "{ok}"
     );
-    let denied = result_meta(&log, "denied").to_string();
+    let denied = f.meta("denied");
     assert!(
         denied.contains("\"decision\":\"deny\"") && denied.contains("egressRefused"),
         "{denied}"
     );
-    let c = check(&log);
+    let c = check(&f.log);
     assert_eq!(c.code, 0, "{}", c.stderr);
 }
 
 #[test]
 fn ask_goes_to_the_approver() {
-    let port = http_server();
     for (approve, reached) in [("allow", true), ("deny", false)] {
-        let dir = tempfile::tempdir().unwrap();
-        let (ws, policy, hosts) = setup(dir.path(), "ask = [\"net(ask.test)\"]\n");
-        let t = shell_calls(
-            dir.path(),
+        let f = Fixture::new(Some("ask = [\"net(ask.test)\"]\n"));
+        let port = f.port;
+        let r = f.run(
             &[(
                 "a",
                 format!(
                     "curl -sS --max-time 20 -f http://ask.test:{port}/ && curl -sS --max-time 20 -f http://ask.test:{port}/"
                 ),
             )],
-        );
-        let log = dir.path().join("s.jsonl");
-        let r = run(
-            &t,
-            &ws,
-            &log,
-            &[
-                "--policy",
-                policy.to_str().unwrap(),
-                "--net-hosts",
-                hosts.to_str().unwrap(),
-                "--approve",
-                approve,
-            ],
+            &["--approve", approve],
         );
         assert_eq!(r.code, 0, "{}", r.stderr);
         let content = r.tool_content("a");
@@ -175,29 +218,21 @@ fn ask_goes_to_the_approver() {
             "--approve {approve}: {content}"
         );
         if !reached {
-            assert!(result_meta(&log, "a").to_string().contains("declined"));
+            assert!(f.meta("a").contains("declined"));
         }
     }
 }
 
 #[test]
 fn shell_network_keeps_its_meaning() {
-    let port = http_server();
-    let dir = tempfile::tempdir().unwrap();
-    let (ws, policy, _) = setup(dir.path(), "allow = [\"net(pkg.test)\"]\n");
-    let t = shell_calls(
-        dir.path(),
+    let f = Fixture::new(Some("allow = [\"net(pkg.test)\"]\n"));
+    let port = f.port;
+    let r = f.run(
         &[(
             "d",
             format!("curl -sS --max-time 20 --noproxy '*' http://127.0.0.2:{port}/"),
         )],
-    );
-    let log = dir.path().join("s.jsonl");
-    let r = run(
-        &t,
-        &ws,
-        &log,
-        &["--policy", policy.to_str().unwrap(), "--shell-network"],
+        &["--shell-network"],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
@@ -209,18 +244,16 @@ fn shell_network_keeps_its_meaning() {
 
 #[test]
 fn claude_code_settings_map_onto_net_rules() {
-    let port = http_server();
-    let dir = tempfile::tempdir().unwrap();
-    let (ws, _, hosts) = setup(dir.path(), "");
-    let settings = dir.path().join("settings.json");
+    let f = Fixture::new(None);
+    let port = f.port;
+    let settings = f.dir.path().join("settings.json");
     std::fs::write(
         &settings,
         r#"{"permissions": {"allow": ["WebFetch(domain:pkg.test)"]},
             "sandbox": {"network": {"allowedDomains": ["ask.test"]}}}"#,
     )
     .unwrap();
-    let t = shell_calls(
-        dir.path(),
+    let r = f.run(
         &[
             (
                 "fetch",
@@ -235,18 +268,7 @@ fn claude_code_settings_map_onto_net_rules() {
                 format!("curl -sS --max-time 20 -f http://other.test:{port}/"),
             ),
         ],
-    );
-    let log = dir.path().join("s.jsonl");
-    let r = run(
-        &t,
-        &ws,
-        &log,
-        &[
-            "--claude-settings",
-            settings.to_str().unwrap(),
-            "--net-hosts",
-            hosts.to_str().unwrap(),
-        ],
+        &["--claude-settings", settings.to_str().unwrap()],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
@@ -274,22 +296,17 @@ fn claude_code_settings_map_onto_net_rules() {
 fn a_stateless_serve_client_is_not_asked_mid_call_the_refusal_names_the_rule() {
     use common::serve::{HttpServe, post};
     const TOKEN: &str = "token-of-the-net-ask-test";
-    let port = http_server();
-    let dir = tempfile::tempdir().unwrap();
-    let (ws, policy, hosts) = setup(dir.path(), "ask = [\"net(ask.test)\"]\n");
-    let tokens = dir.path().join("tokens");
+    let mut f = Fixture::new(Some("ask = [\"net(ask.test)\"]\n"));
+    let port = f.port;
+    let tokens = f.dir.path().join("tokens");
     std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
-    let logs = dir.path().join("logs");
+    // Over HTTP, `--log` names a folder of sessions' logs.
+    let logs = f.dir.path().join("logs");
+    f.log = logs.clone();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_dsh"));
     command
-        .args(["serve", "--http", "127.0.0.1:0", "--workspace"])
-        .arg(&ws)
-        .arg("--log")
-        .arg(&logs)
-        .arg("--policy")
-        .arg(&policy)
-        .arg("--net-hosts")
-        .arg(&hosts)
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .args(f.args())
         .arg("--token-file")
         .arg(&tokens);
     let mut serve = HttpServe::spawn(command);
@@ -347,12 +364,10 @@ fn a_stateless_serve_client_is_not_asked_mid_call_the_refusal_names_the_rule() {
 /// `meta.network` keeps meaning the whole network (false) beside `networkProxy: true`.
 #[test]
 fn the_sandbox_note_of_a_proxied_call_names_the_proxy_and_the_refused_hosts() {
-    let port = http_server();
-    let dir = tempfile::tempdir().unwrap();
-    let (ws, policy, hosts) = setup(dir.path(), "allow = [\"net(pkg.test)\"]\n");
+    let f = Fixture::new(Some("allow = [\"net(pkg.test)\"]\n"));
+    let port = f.port;
     // The refused host, then an error the sandbox note keys on (as ssh prints it).
-    let t = shell_calls(
-        dir.path(),
+    let r = f.run(
         &[(
             "a",
             format!(
@@ -360,18 +375,7 @@ fn the_sandbox_note_of_a_proxied_call_names_the_proxy_and_the_refused_hosts() {
                  echo 'ssh: connect to host other.test port 22: Permission denied' >&2; exit 1"
             ),
         )],
-    );
-    let log = dir.path().join("s.jsonl");
-    let r = run(
-        &t,
-        &ws,
-        &log,
-        &[
-            "--policy",
-            policy.to_str().unwrap(),
-            "--net-hosts",
-            hosts.to_str().unwrap(),
-        ],
+        &[],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let content = r.tool_content("a");
@@ -385,10 +389,156 @@ fn the_sandbox_note_of_a_proxied_call_names_the_proxy_and_the_refused_hosts() {
         !content.contains("network off") && !content.contains("have no network"),
         "{content}"
     );
-    let meta = result_meta(&log, "a");
+    let meta = result_meta(&f.log, "a");
     let meta = meta.to_string();
     assert!(
         meta.contains("\"network\":false") && meta.contains("\"networkProxy\":true"),
         "{meta}"
+    );
+}
+
+fn chown_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    if path.is_dir() && !path.is_symlink() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_tree(&entry.unwrap().path(), uid);
+        }
+    }
+}
+
+/// The proxied sandbox of an ordinary user (CI runs as root: dsh then runs as `nobody`, whose
+/// sandbox is an unprivileged user namespace with its own network namespace): curl reaches an
+/// allowed host through the proxy, a direct connect has no route, and both are in the log.
+#[test]
+fn an_ordinary_user_gets_the_network_by_policy_too() {
+    let me = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap();
+    // As root, `nobody`; otherwise this user is already an ordinary one.
+    let uid = (me == 0).then_some(65534);
+    let f = Fixture::new(Some("allow = [\"net(pkg.test)\"]\n"));
+    let port = f.port;
+    let r = f.run_as(
+        &[
+            (
+                "ok",
+                format!("id -u; curl -sS --max-time 20 http://pkg.test:{port}/"),
+            ),
+            (
+                "direct",
+                format!(
+                    "curl -sS --max-time 5 -f --noproxy '*' http://127.0.0.2:{port}/; \
+                     echo hi > /dev/tcp/127.0.0.2/{port}"
+                ),
+            ),
+        ],
+        &[],
+        uid,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let ok = r.tool_content("ok");
+    assert!(ok.contains("hello through dsh"), "{ok}");
+    let direct = r.tool_content("direct");
+    assert!(!direct.contains("hello through dsh"), "{direct}");
+    let meta = result_meta(&f.log, "ok").to_string();
+    assert!(
+        meta.contains("\"decision\":\"allow\"") && meta.contains("net(pkg.test)"),
+        "{meta}"
+    );
+    // The direct attempts never reached the proxy: nothing allowed in their record.
+    let direct_meta = log_events(&f.log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result" && e["data"]["callId"] == "direct")
+        .unwrap()
+        .to_string();
+    assert!(
+        !direct_meta.contains("\"decision\":\"allow\""),
+        "{direct_meta}"
+    );
+    assert!(
+        direct_meta.contains("\"networkProxy\":true"),
+        "{direct_meta}"
+    );
+}
+
+/// `dsh serve` over stdio, a raw 2025-11-25 client that declared elicitation answering every
+/// `elicitation/create` with `action`, one `shell` call connecting twice to `ask.test`: the
+/// questions it was asked, the call's content, and the fixture (its log).
+fn serve_answering(action: &str) -> (Vec<Value>, String, Fixture) {
+    use common::stdio::Client;
+    let f = Fixture::new(Some("ask = [\"net(ask.test)\"]\n"));
+    let port = f.port;
+    let mut client = Client::start(&f.args());
+    client.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25",
+               "capabilities": {"elicitation": {"form": {}}},
+               "clientInfo": {"name": "asked-2025", "version": "1"}}),
+    );
+    client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let command = format!(
+        "curl -sS --max-time 30 -i http://ask.test:{port}/ ; curl -sS --max-time 30 -i http://ask.test:{port}/"
+    );
+    client.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "shell", "arguments": {"command": command}}}));
+    let mut asked = Vec::new();
+    let result = loop {
+        let message = client.next_message();
+        if message["method"] == "elicitation/create" {
+            asked.push(message["params"].clone());
+            client.send(&json!({"jsonrpc": "2.0", "id": message["id"],
+                "result": {"action": action}}));
+            continue;
+        }
+        if message["id"] == 7 {
+            break message;
+        }
+    };
+    assert!(result.get("error").is_none(), "{result}");
+    let text = result["result"]["content"].to_string();
+    assert_eq!(client.finish(), 0);
+    (asked, text, f)
+}
+
+/// `dsh serve` over stdio with a 2025-11-25 client that declared elicitation: a connection to
+/// a host under `ask` is put to that client mid-call, on the call's own request (the
+/// elicitation names the host), and its answer decides; an accept holds for the session (the
+/// second connection is not asked again), a decline is a refusal.
+#[test]
+fn a_2025_serve_client_is_asked_mid_call_and_its_answer_holds() {
+    let (asked, text, f) = serve_answering("accept");
+    let log = &f.log;
+    assert_eq!(asked.len(), 1, "asked once per host and session: {asked:?}");
+    let message = asked[0]["message"].as_str().unwrap_or("");
+    assert!(message.contains("ask.test"), "{message}");
+    assert_eq!(
+        text.matches("hello through dsh").count(),
+        2,
+        "both connections went through: {text}"
+    );
+    let result = log_events(log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result")
+        .expect("the call's result")
+        .to_string();
+    assert!(
+        result.contains("\"decision\":\"allow\"") && result.contains("net(ask.test)"),
+        "{result}"
+    );
+    assert_eq!(check(log).code, 0);
+
+    let (asked, text, f) = serve_answering("decline");
+    let log = &f.log;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(!text.contains("hello through dsh"), "{text}");
+    assert!(text.contains("403") && text.contains("declined"), "{text}");
+    let result = log_events(log)
+        .into_iter()
+        .find(|e| e["type"] == "tool/result")
+        .expect("the call's result")
+        .to_string();
+    assert!(
+        result.contains("\"egressRefused\":[\"ask.test\"]"),
+        "{result}"
     );
 }

@@ -347,11 +347,12 @@ pub trait ApprovalResponder: Send + Sync {
     /// Answers one request.
     async fn respond(&self, request: &ApprovalRequest) -> Result<ApprovalAnswer, HookError>;
 
-    /// Whether it can answer a question that comes up in the middle of a running call (a
-    /// command's connection to a host under an `ask` rule), not only one asked before a call
-    /// starts. `false` makes such questions refusals that say what to add to the policy
-    /// rather than questions. `true` unless a responder says otherwise.
-    fn asks_mid_call(&self) -> bool {
+    /// Whether it can answer a question that comes up in the middle of the running call
+    /// `call_id` of `agent` (a command's connection to a host under an `ask` rule), not only
+    /// one asked before a call starts. `false` makes such a question a refusal that says what
+    /// to add to the policy rather than a question. `true` unless a responder says otherwise.
+    fn asks_mid_call(&self, agent: &str, call_id: &str) -> bool {
+        let _ = (agent, call_id);
         true
     }
 }

@@ -30,12 +30,13 @@ mod error;
 mod hosts;
 mod proxy;
 mod socks;
+mod splice;
 mod tls;
 
 pub use egress::{Egress, EgressReport, Via};
 pub use error::NetError;
 pub use hosts::HostsFile;
-pub use proxy::{CallProxy, NetAsker, NetProxy, ProxyLimits};
+pub use proxy::{CallProxy, CallTag, NetAnswer, NetAsker, NetProxy, ProxyLimits};
 #[doc(hidden)]
 pub use tls::client_hello_for;
 

@@ -10,18 +10,45 @@ use dsh_core::net_rules::{
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinSet;
 
+/// The call a proxy serves: its question about a host under `ask` goes to the approver of
+/// this agent, about this call (a served client is asked on the stream of the request that
+/// made the call).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallTag {
+    /// The agent that made the call (the session, when served).
+    pub agent: String,
+    /// The call's id.
+    pub call_id: String,
+}
+
+/// The approver's answer about a host under `ask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetAnswer {
+    /// Allowed, for the rest of the session.
+    Allow,
+    /// Declined, for the rest of the session.
+    Decline,
+    /// Nobody can be asked while this call runs (a served client of the stateless era, one
+    /// that declared no elicitation): the connection is refused with a reason naming the
+    /// rule to add, and nothing is remembered (a later call may be asked).
+    CannotAsk,
+}
+
 /// Asks whoever approves calls about a destination under an `ask` rule.
 #[async_trait]
 pub trait NetAsker: Send + Sync {
-    /// `true` to allow. `host` as the client asked for it, `rule` the rule that asks.
-    async fn ask(&self, host: &str, port: u16, rule: &str) -> bool;
+    /// The answer about `host` (as the client asked for it) and `port`, for the call `call`;
+    /// `rule` the rule that asks.
+    async fn ask(&self, call: &CallTag, host: &str, port: u16, rule: &str) -> NetAnswer;
 }
 
 /// The proxy's bounds.
@@ -55,13 +82,22 @@ impl Default for ProxyLimits {
     }
 }
 
+/// The session's answer about one host for one agent: `None` until given; its lock is held
+/// while the question is out, so a second connection waits for that answer instead of
+/// asking again (and questions about other hosts, or from other agents, do not wait).
+type Answer = Arc<Mutex<Option<bool>>>;
+
+/// What the proxy judges by: one per session, with the call it serves (`call`, empty for
+/// the session itself) set in each call's copy.
+#[derive(Clone)]
 struct Shared {
-    rules: NetRules,
-    hosts: Option<HostsFile>,
+    rules: Arc<NetRules>,
+    hosts: Option<Arc<HostsFile>>,
     asker: Option<Arc<dyn NetAsker>>,
     limits: ProxyLimits,
-    /// Answers to `ask`, per host, for the session.
-    answers: Mutex<HashMap<String, bool>>,
+    /// Answers to `ask`, per agent and host, for the session (shared by its calls).
+    answers: Arc<std::sync::Mutex<HashMap<(String, String), Answer>>>,
+    call: CallTag,
 }
 
 /// The network proxy of a session: the rules, the resolver, the approver and the session's
@@ -110,11 +146,12 @@ impl NetProxy {
     ) -> NetProxy {
         NetProxy {
             shared: Arc::new(Shared {
-                rules,
-                hosts,
+                rules: Arc::new(rules),
+                hosts: hosts.map(Arc::new),
                 asker,
                 limits,
-                answers: Mutex::new(HashMap::new()),
+                answers: Arc::default(),
+                call: CallTag::default(),
             }),
         }
     }
@@ -123,15 +160,17 @@ impl NetProxy {
     /// refusal naming the rule to add), each question waiting at most `ask_timeout` (the
     /// pipeline's approval timeout); a fresh session memory of answers.
     pub fn with_asker(&self, asker: Option<Arc<dyn NetAsker>>, ask_timeout: Duration) -> NetProxy {
-        NetProxy::with(
-            self.shared.rules.clone(),
-            self.shared.hosts.clone(),
-            asker,
-            ProxyLimits {
-                ask_timeout,
-                ..self.shared.limits.clone()
-            },
-        )
+        NetProxy {
+            shared: Arc::new(Shared {
+                asker,
+                limits: ProxyLimits {
+                    ask_timeout,
+                    ..self.shared.limits.clone()
+                },
+                answers: Arc::default(),
+                ..(*self.shared).clone()
+            }),
+        }
     }
 
     /// The bounds it works within.
@@ -145,10 +184,21 @@ impl NetProxy {
     }
 
     /// Serves one call on `listener` until the returned [`CallProxy`] is finished or dropped:
-    /// then every connection it opened is closed.
+    /// then every connection it opened is closed. Its questions name no call (see
+    /// [`NetProxy::serve_call`]).
     pub fn serve(&self, listener: TcpListener) -> CallProxy {
+        self.serve_call(listener, CallTag::default())
+    }
+
+    /// [`NetProxy::serve`] for the call `call`: its questions about hosts under `ask` carry
+    /// the call's agent and id, so the approver asks that agent's client about that call;
+    /// answers are remembered per agent and host for the session.
+    pub fn serve_call(&self, listener: TcpListener, call: CallTag) -> CallProxy {
         let log = Arc::new(EgressLog::new(self.shared.limits.max_records));
-        let shared = self.shared.clone();
+        let shared = Arc::new(Shared {
+            call,
+            ..(*self.shared).clone()
+        });
         let task = tokio::spawn(accept_loop(shared, listener, log.clone()));
         CallProxy { task, log }
     }
@@ -462,27 +512,39 @@ fn is_host_name(name: &str) -> bool {
 /// Asks once per host and session; an accept and a decline are both remembered, and so is a
 /// question left unanswered until the timeout (as a decline).
 async fn ask(shared: &Shared, name: &str, port: u16, rule: &str) -> Result<bool, Refusal> {
-    let Some(asker) = &shared.asker else {
-        return Err(refuse(
+    let cannot_ask = || {
+        refuse(
             format!(
                 "{name} is under `{rule}` and this client cannot be asked in the middle of a call; add `net({name})` to `allow` to reach it"
             ),
             Some(rule.to_string()),
-        ));
+        )
     };
-    // One question at a time: a second connection to the same host waits for the first
-    // answer instead of asking again.
-    let mut answers = shared.answers.lock().await;
-    if let Some(answer) = answers.get(name) {
-        return Ok(*answer);
+    let Some(asker) = &shared.asker else {
+        return Err(cannot_ask());
+    };
+    let key = (shared.call.agent.clone(), name.to_string());
+    let slot = shared
+        .answers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(key)
+        .or_default()
+        .clone();
+    let mut answer = slot.lock().await;
+    if let Some(given) = *answer {
+        return Ok(given);
     }
-    match tokio::time::timeout(shared.limits.ask_timeout, asker.ask(name, port, rule)).await {
-        Ok(answer) => {
-            answers.insert(name.to_string(), answer);
-            Ok(answer)
+    let asked = asker.ask(&shared.call, name, port, rule);
+    match tokio::time::timeout(shared.limits.ask_timeout, asked).await {
+        Ok(NetAnswer::CannotAsk) => Err(cannot_ask()),
+        Ok(given) => {
+            let allowed = given == NetAnswer::Allow;
+            *answer = Some(allowed);
+            Ok(allowed)
         }
         Err(_) => {
-            answers.insert(name.to_string(), false);
+            *answer = Some(false);
             Err(refuse(
                 format!(
                     "{name} was asked about (by `{rule}`) and no answer came within the approval timeout"
@@ -820,7 +882,7 @@ pub(crate) async fn tunnel(
     let index = log.push(rec, Some(counters.clone()));
     let (mut cr, mut cw) = client.into_split();
     let (mut ur, mut uw) = upstream.into_split();
-    let down = pump(&mut ur, &mut cw, &counters.down);
+    let down = carry(&mut ur, &mut cw, &counters.down);
     tokio::pin!(down);
     let mut down_done = false;
     if via != Via::Http {
@@ -846,7 +908,7 @@ pub(crate) async fn tunnel(
             }
             counters.up.fetch_add(first.len() as u64, Ordering::Relaxed);
         }
-        pump(&mut cr, &mut uw, &counters.up).await;
+        carry(&mut cr, &mut uw, &counters.up).await;
     };
     if down_done {
         up.await;
@@ -901,13 +963,29 @@ async fn check_hello<R: AsyncRead + Unpin>(
     }
 }
 
+/// Copies from `r` to `w` until the end of `r`, then shuts `w` down for writing, counting the
+/// bytes `w` took: through a pipe with `splice(2)` (the bytes never enter user space), or
+/// through a buffer where no pipe can be made.
+async fn carry(r: &mut OwnedReadHalf, w: &mut OwnedWriteHalf, count: &AtomicU64) {
+    match crate::splice::Pipe::new() {
+        Ok(pipe) => {
+            pipe.carry(r, w, count).await;
+            let _ = w.shutdown().await;
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "no pipe for splice: copying through a buffer");
+            pump(r, w, count).await;
+        }
+    }
+}
+
 /// Copies until the end of `r`, then shuts `w` down for writing.
 async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     r: &mut R,
     w: &mut W,
     count: &std::sync::atomic::AtomicU64,
 ) {
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,

@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 use dsh_core::net_rules::{NetClass, NetRules};
-use dsh_net::{CallProxy, HostsFile, NetAsker, NetProxy, ProxyLimits, Via};
+use dsh_net::{CallProxy, CallTag, HostsFile, NetAnswer, NetAsker, NetProxy, ProxyLimits, Via};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -318,10 +318,11 @@ struct Asker {
 
 #[async_trait]
 impl NetAsker for Asker {
-    async fn ask(&self, _host: &str, _port: u16, _rule: &str) -> bool {
+    async fn ask(&self, _call: &CallTag, _host: &str, _port: u16, _rule: &str) -> NetAnswer {
         self.asked.fetch_add(1, Ordering::SeqCst);
         match self.answer {
-            Some(a) => a,
+            Some(true) => NetAnswer::Allow,
+            Some(false) => NetAnswer::Decline,
             None => std::future::pending().await,
         }
     }
@@ -459,4 +460,63 @@ async fn a_flood_stays_bounded_and_nothing_outlives_the_call() {
         .await;
         assert_eq!(n, Ok(0), "a connection outlived its call");
     }
+}
+
+/// Answers for agent `b` at once, and never for any other agent.
+struct OnlyB;
+
+#[async_trait]
+impl NetAsker for OnlyB {
+    async fn ask(&self, call: &CallTag, _host: &str, _port: u16, _rule: &str) -> NetAnswer {
+        if call.agent == "b" {
+            NetAnswer::Allow
+        } else {
+            std::future::pending().await
+        }
+    }
+}
+
+/// Answers are per agent (the session of a served client): one agent's question left open
+/// holds up neither another agent's question about the same host nor its connection, and
+/// one agent's approval is not another's.
+#[tokio::test]
+async fn one_agents_open_question_holds_up_no_other_agent() {
+    let server = http_server("127.0.0.2").await;
+    let p = server.port();
+    let get = format!("GET http://ask.test:{p}/ HTTP/1.1\r\nHost: ask.test:{p}\r\n\r\n");
+    let limits = ProxyLimits {
+        ask_timeout: Duration::from_secs(60),
+        ..ProxyLimits::default()
+    };
+    let proxy = NetProxy::with(
+        rules(&[], &["net(ask.test)"], &[]),
+        Some(hosts()),
+        Some(Arc::new(OnlyB)),
+        limits,
+    );
+    let tag = |agent: &str| CallTag {
+        agent: agent.into(),
+        call_id: format!("{agent}-1"),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a_addr = listener.local_addr().unwrap();
+    let call_a = proxy.serve_call(listener, tag("a"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b_addr = listener.local_addr().unwrap();
+    let call_b = proxy.serve_call(listener, tag("b"));
+    // Agent a's question stays open.
+    let mut waiting = TcpStream::connect(a_addr).await.unwrap();
+    waiting.write_all(get.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Agent b is asked, answered, and through, meanwhile.
+    let started = std::time::Instant::now();
+    let answer = exchange(b_addr, get.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Agent a is still waiting for its own answer: b's approval is not a's.
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_millis(300), waiting.read(&mut byte)).await;
+    assert!(read.is_err(), "agent a got an answer it was never given");
+    drop(call_a);
+    call_b.finish().await;
 }

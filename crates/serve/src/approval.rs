@@ -254,12 +254,18 @@ impl ApprovalResponder for ElicitingApprover {
         }
     }
 
-    /// `false`: a question from inside a running command (a connection to a host under
-    /// `ask`) belongs to no request of a client. A client of the stateless 2026-07-28 era can
-    /// be asked only by the answer to its own request, which the running call has not given
-    /// yet, and the proxy's questions name no agent whose client could be elicited. Such
-    /// hosts are refused with a reason naming the `net(…)` rule to add.
-    fn asks_mid_call(&self) -> bool {
-        false
+    /// A question from inside the running call `call_id` of `agent` (its command's
+    /// connection to a host under `ask`) goes to that agent's client when the call came from a
+    /// 2025-11-25 era request still open (the elicitation goes on that request's stream) and
+    /// the client declared form elicitation. A client of the stateless 2026-07-28 era can be
+    /// asked only in the answer to its own request, which the running call has not given
+    /// yet: `false`, and so for a client without elicitation; such hosts are refused with a
+    /// reason naming the `net(…)` rule to add.
+    fn asks_mid_call(&self, agent: &str, call_id: &str) -> bool {
+        self.origin(agent, call_id).is_some()
+            && self.peer(agent).is_some_and(|peer| {
+                peer.supported_elicitation_modes()
+                    .contains(&ElicitationMode::Form)
+            })
     }
 }

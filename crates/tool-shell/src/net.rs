@@ -10,15 +10,17 @@
 //!   (`AF_INET`/`AF_INET6` streams), and `io_uring` (which opens sockets past the filter);
 //!   names are resolved by the proxy (`socks5h`, CONNECT, absolute URIs).
 //! - **The variables.** `HTTP_PROXY`, `HTTPS_PROXY` (and lowercase) name the proxy as an HTTP
-//!   proxy, `ALL_PROXY` as SOCKS5 with remote names; `NO_PROXY` is removed. Unsetting them
-//!   gains nothing: without the proxy there is no way out.
+//!   proxy, `ALL_PROXY` as SOCKS5 with remote names; `NO_PROXY` is removed.
+//!   `GIT_SSH_COMMAND` is ssh with a `ProxyCommand` that tunnels through the proxy
+//!   (`DSH_SSH_PROXY`, a bash script). Unsetting them gains nothing: without the proxy there
+//!   is no way out.
 //! - **The record.** Every attempt is in the result's `meta.egress`; `meta.egressRefused`
 //!   names the refused hosts, and a note tells the model which were refused.
 
 use crate::config::{SandboxConfig, SandboxMode};
 use crate::process::Launch;
 use crate::process::plan::NetSetup;
-use dsh_net::{CallProxy, EgressReport, NetProxy, SANDBOX_PROXY_PORT};
+use dsh_net::{CallProxy, CallTag, EgressReport, NetProxy, SANDBOX_PROXY_PORT};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule,
@@ -36,6 +38,37 @@ pub(crate) fn proxied(config: &SandboxConfig) -> bool {
     config.proxy.is_some() && !config.network && config.mode != SandboxMode::Full
 }
 
+/// The proxy command git's ssh runs (`DSH_SSH_PROXY`, run as `bash -c "$DSH_SSH_PROXY" NAME
+/// HOST PORT`): a `CONNECT HOST:PORT` to the proxy over bash's `/dev/tcp`, its answer read
+/// byte by byte (bash's `read` never reads past a line on a socket), then the bytes both ways
+/// with `cat`. A refusal ends it with the proxy's one-line reason on stderr, which ssh shows.
+/// Nothing but bash and cat, which every sandbox has; the proxy judges the connection like
+/// any other (it is a `CONNECT` in `meta.egress`).
+const SSH_PROXY_SCRIPT: &str = r#"case $1 in *:*) target="[$1]:$2" ;; *) target="$1:$2" ;; esac
+exec 4<&0 3<>/dev/tcp/127.0.0.1/{PROXY_PORT} || { echo "dsh: the network proxy is not reachable" >&2; exit 1; }
+printf 'CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' "$target" "$target" >&3
+IFS= read -r status <&3
+status=${status%$'\r'}
+why=
+while IFS= read -r line <&3; do
+  line=${line%$'\r'}
+  [ -z "$line" ] && break
+  case $line in [Xx]-[Dd]sh-[Rr]efused:*) why=${line#*: } ;; esac
+done
+case $status in
+  "HTTP/1."?" 200"*) ;;
+  *) echo "dsh: the network proxy refused $target: ${why:-$status}" >&2; exit 1 ;;
+esac
+# (A background command reads /dev/null unless told otherwise.)
+cat <&4 >&3 4<&- &
+exec cat <&3 4<&-
+"#;
+
+/// `GIT_SSH_COMMAND`: ssh with its `ProxyCommand` through the proxy (the script in
+/// `DSH_SSH_PROXY`, so no quoting nests; ssh expands `%h` and `%p` only).
+const GIT_SSH_COMMAND: &str =
+    r#"ssh -o 'ProxyCommand=bash -c "$DSH_SSH_PROXY" dsh-ssh-proxy %h %p'"#;
+
 /// The variables the command gets, and those removed.
 fn variables() -> Vec<(&'static str, String)> {
     let http = format!("http://127.0.0.1:{SANDBOX_PROXY_PORT}");
@@ -47,6 +80,11 @@ fn variables() -> Vec<(&'static str, String)> {
         ("https_proxy", http),
         ("ALL_PROXY", socks.clone()),
         ("all_proxy", socks),
+        (
+            "DSH_SSH_PROXY",
+            SSH_PROXY_SCRIPT.replace("{PROXY_PORT}", &SANDBOX_PROXY_PORT.to_string()),
+        ),
+        ("GIT_SSH_COMMAND", GIT_SSH_COMMAND.to_string()),
     ]
 }
 
@@ -99,9 +137,10 @@ impl CallNet {
     }
 
     /// After the fork: dsh's copy of the keeper's end closes (so a keeper that fails closes
-    /// the channel), the listener arrives, and the proxy serves the call. `Err` when the
-    /// keeper closed the channel without a listener: its report says why.
-    pub(crate) async fn serve(mut self) -> Result<CallProxy, String> {
+    /// the channel), the listener arrives, and the proxy serves the call `call_id` of
+    /// `agent` (whose approver it asks about hosts under `ask`). `Err` when the keeper closed
+    /// the channel without a listener: its report says why.
+    pub(crate) async fn serve(mut self, agent: &str, call_id: &str) -> Result<CallProxy, String> {
         drop(self.theirs.take());
         let ours = self.ours;
         let received = tokio::task::spawn_blocking(move || {
@@ -120,7 +159,11 @@ impl CallNet {
             .map_err(|e| format!("the proxy's listener: {e}"))?;
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| format!("the proxy's listener: {e}"))?;
-        Ok(self.proxy.serve(listener))
+        let call = CallTag {
+            agent: agent.to_string(),
+            call_id: call_id.to_string(),
+        };
+        Ok(self.proxy.serve_call(listener, call))
     }
 }
 

@@ -741,7 +741,7 @@ impl ToolDefinition for ShellTool {
         }
         let mut running = launched.map_err(|e| self.launch_failure(e))?;
         let call_proxy = match call_net {
-            Some(net) => match net.serve().await {
+            Some(net) => match net.serve(&ctx.agent, &ctx.call_id).await {
                 Ok(proxy) => Some(proxy),
                 // The keeper's report says why; without the proxy the command has no way out.
                 Err(why) => {
