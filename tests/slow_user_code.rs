@@ -5,61 +5,15 @@
 
 mod common;
 
-use async_trait::async_trait;
+use common::user_code::{Blocking, BlocksIn, user_code_harness};
 use common::*;
-use dsh::core::{
-    ContentBlock, EventBody, FrozenResult, Hooks, ResultObserver, ToolContext, ToolDefinition,
-    ToolFailure, ToolRegistry,
-};
+use dsh::core::{EventBody, FrozenResult, Hooks, ResultObserver, ToolRegistry};
 use dsh::scheduler::{HarnessBuilder, SchedulerConfig, StepRequest};
 use dsh::session::SessionLog;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// Where a tool blocks: in `finalize_content` or in `present`, for `secs` seconds.
-#[derive(Clone, Copy)]
-enum BlocksIn {
-    Finalize,
-    Present,
-}
-
-struct Blocking {
-    name: &'static str,
-    blocks_in: BlocksIn,
-    secs: u64,
-    finalized: Arc<AtomicUsize>,
-}
-
-#[async_trait]
-impl ToolDefinition for Blocking {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn description(&self) -> &str {
-        "blocks in its synchronous parts"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
-        Ok(json!("value"))
-    }
-    fn present(&self, value: &Value) -> Vec<ContentBlock> {
-        if matches!(self.blocks_in, BlocksIn::Present) {
-            std::thread::sleep(Duration::from_secs(self.secs));
-        }
-        vec![ContentBlock::text(value.to_string())]
-    }
-    fn finalize_content(&self, content: Vec<ContentBlock>) -> Vec<ContentBlock> {
-        self.finalized.fetch_add(1, Ordering::SeqCst);
-        if matches!(self.blocks_in, BlocksIn::Finalize) {
-            std::thread::sleep(Duration::from_secs(self.secs));
-        }
-        content
-    }
-}
 
 fn registry(finalized: &Arc<AtomicUsize>) -> Arc<ToolRegistry> {
     let registry = Arc::new(ToolRegistry::new());
@@ -68,12 +22,7 @@ fn registry(finalized: &Arc<AtomicUsize>) -> Arc<ToolRegistry> {
         ("slow_present", BlocksIn::Present),
     ] {
         registry
-            .register(Blocking {
-                name,
-                blocks_in,
-                secs: 20,
-                finalized: finalized.clone(),
-            })
+            .register(Blocking::always(name, blocks_in, finalized))
             .unwrap();
     }
     registry
@@ -238,23 +187,7 @@ async fn blocking_observers_stall_neither_other_sessions_nor_timers() {
 async fn when_every_user_code_thread_is_stuck_the_next_call_is_told_at_once() {
     let finalized = Arc::new(AtomicUsize::new(0));
     quiet_intentional_panics();
-    let harness = HarnessBuilder::new(registry(&finalized))
-        .config(dsh::scheduler::PipelineConfig {
-            user_code_threads: 1,
-            user_code_deadline: Duration::from_millis(300),
-            ..quick_config()
-        })
-        .build()
-        .await
-        .unwrap();
-    let session = harness
-        .open(
-            SessionLog::memory().await.unwrap(),
-            SchedulerConfig::default(),
-            None,
-        )
-        .await
-        .unwrap();
+    let (harness, session) = user_code_harness(registry(&finalized), Hooks::new(), Some(1)).await;
     let first = session
         .run_step(StepRequest::new(vec![call(
             "f1",

@@ -9,63 +9,17 @@
 mod common;
 
 use async_trait::async_trait;
+use common::user_code::{Blocking, BlocksIn, Plain, user_code_harness};
 use common::*;
 use dsh::core::{
     ContentBlock, FrozenResult, Hooks, ResultObserver, ToolContext, ToolDefinition, ToolFailure,
     ToolRegistry,
 };
-use dsh::scheduler::{HarnessBuilder, SchedulerConfig, Session, StepRequest};
-use dsh::session::SessionLog;
+use dsh::scheduler::{Session, StepRequest};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// Keeps every default.
-struct Plain;
-
-#[async_trait]
-impl ToolDefinition for Plain {
-    fn name(&self) -> &str {
-        "plain"
-    }
-    fn description(&self) -> &str {
-        "keeps dsh's defaults"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
-        Ok(json!("plain value"))
-    }
-}
-
-/// Its `finalize_content` blocks for 20 s once `block` is set.
-struct Stuck {
-    block: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl ToolDefinition for Stuck {
-    fn name(&self) -> &str {
-        "stuck"
-    }
-    fn description(&self) -> &str {
-        "blocks in finalize_content"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
-        Ok(json!("stuck value"))
-    }
-    fn finalize_content(&self, content: Vec<ContentBlock>) -> Vec<ContentBlock> {
-        if self.block.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_secs(20));
-        }
-        content
-    }
-}
 
 /// Presents through `Plain`'s default, but blocks first once `block` is set: its own code,
 /// which must never be taken for dsh's default.
@@ -111,27 +65,9 @@ async fn a_tool_with_dsh_defaults_answers_while_every_user_code_thread_is_stuck(
     let registry = Arc::new(ToolRegistry::new());
     registry.register(Plain).unwrap();
     registry
-        .register(Stuck {
-            block: block.clone(),
-        })
+        .register(Blocking::once_set("stuck", BlocksIn::Finalize, &block))
         .unwrap();
-    let harness = HarnessBuilder::new(registry)
-        .config(dsh::scheduler::PipelineConfig {
-            user_code_threads: 1,
-            user_code_deadline: Duration::from_millis(300),
-            ..quick_config()
-        })
-        .build()
-        .await
-        .unwrap();
-    let session = harness
-        .open(
-            SessionLog::memory().await.unwrap(),
-            SchedulerConfig::default(),
-            None,
-        )
-        .await
-        .unwrap();
+    let (harness, session) = user_code_harness(registry, Hooks::new(), Some(1)).await;
     // The first call of each tool: the pipeline sees which methods are dsh's defaults.
     assert_eq!(code(&one(&session, "p1", "plain").await), "ok");
     assert_eq!(code(&one(&session, "s1", "stuck").await), "ok");
@@ -163,22 +99,7 @@ async fn a_present_that_delegates_to_a_default_still_ends_at_the_deadline() {
             block: block.clone(),
         })
         .unwrap();
-    let harness = HarnessBuilder::new(registry)
-        .config(dsh::scheduler::PipelineConfig {
-            user_code_deadline: Duration::from_millis(300),
-            ..quick_config()
-        })
-        .build()
-        .await
-        .unwrap();
-    let session = harness
-        .open(
-            SessionLog::memory().await.unwrap(),
-            SchedulerConfig::default(),
-            None,
-        )
-        .await
-        .unwrap();
+    let (harness, session) = user_code_harness(registry, Hooks::new(), None).await;
     for i in 0..3 {
         let r = one(&session, &format!("d{i}"), "delegating").await;
         assert_eq!(code(&r), "ok", "{}", r.text());
@@ -227,33 +148,14 @@ async fn observers_that_say_they_never_block_run_inline_and_the_others_on_the_po
         let registry = Arc::new(ToolRegistry::new());
         registry.register(Plain).unwrap();
         registry
-            .register(Stuck {
-                block: block.clone(),
-            })
+            .register(Blocking::once_set("stuck", BlocksIn::Finalize, &block))
             .unwrap();
         let mut hooks = Hooks::new();
         hooks.observe(CountPlain {
             seen: seen.clone(),
             may_block,
         });
-        let harness = HarnessBuilder::new(registry)
-            .hooks(hooks)
-            .config(dsh::scheduler::PipelineConfig {
-                user_code_threads: 1,
-                user_code_deadline: Duration::from_millis(300),
-                ..quick_config()
-            })
-            .build()
-            .await
-            .unwrap();
-        let session = harness
-            .open(
-                SessionLog::memory().await.unwrap(),
-                SchedulerConfig::default(),
-                None,
-            )
-            .await
-            .unwrap();
+        let (harness, session) = user_code_harness(registry, hooks, Some(1)).await;
         assert_eq!(code(&one(&session, "p1", "plain").await), "ok");
         assert_eq!(seen.load(Ordering::SeqCst), 1);
         block.store(true, Ordering::SeqCst);

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub mod user_code;
+
 /// Keeps the panics tests cause on purpose (messages with "on purpose" or "exploded") out of
 /// the output; every other panic, test failures included, still prints.
 pub fn quiet_intentional_panics() {

@@ -23,6 +23,17 @@
 //!   thread is only busy, jobs queue; a queued job whose deadline passes before it starts is
 //!   answered [`PoolError::TimedOut`] and never runs.
 //!
+//! - **Few wake-ups per job.** A thread that finishes a job takes the next queued one without
+//!   sleeping; a sleeping thread is woken only when no other thread is free for the job; a new
+//!   thread is started at once only when the pool has none, else for a job that waited 500 µs
+//!   while every thread was busy (so a burst of quick jobs keeps a few threads busy instead of
+//!   waking one per job, and a job queued behind code that blocks still gets a thread soon);
+//!   the deadline monitor is woken only for a deadline earlier than its next look. Spinning
+//!   before sleeping is off by default: on a machine with fewer cores than busy threads it
+//!   took a core from the work it waited for (`DSH_POOL_SPIN_US` and
+//!   `DSH_POOL_CALLER_SPIN_US`, read once, set how long a free thread, and a caller waiting for
+//!   its answer, spin first, for measuring on other machines).
+//!
 //! A job's panic is caught and answered [`PoolError::Panicked`]. Each job gets an
 //! [`Activity`], through which it can say what it is running now (a guard set running its
 //! guards one after another names the guard), so a refusal names the code that is stuck.
@@ -47,6 +58,7 @@ use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -58,6 +70,45 @@ const IDLE_EXIT: Duration = Duration::from_secs(10);
 /// blocking task holds the clock back), but long enough that a stream of jobs does not hand
 /// a thread back and borrow it again, through tokio's pool lock, for every job.
 const BORROWED_LINGER: Duration = Duration::from_millis(2);
+
+/// How long an idle thread of the pool spins, looking for the next job, before it sleeps on
+/// the pool's condition variable (default 0: no spinning; `DSH_POOL_SPIN_US` sets it, read
+/// once). At most one thread of a pool spins at a time. A job that comes meanwhile is taken
+/// without a wake-up (a futex call and a context switch); but on a machine with fewer cores
+/// than busy threads the spinning takes a core from the work it waits for.
+fn spin() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| micros_from_env("DSH_POOL_SPIN_US", 0))
+}
+
+/// How long a caller of [`BlockingPool::run`] keeps polling for its answer, yielding to the
+/// runtime's other tasks in between, before it parks its task (default 0;
+/// `DSH_POOL_CALLER_SPIN_US` sets it, read once): an answer that comes meanwhile is picked up
+/// without a cross-thread wake of the caller's worker.
+fn caller_spin() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| micros_from_env("DSH_POOL_CALLER_SPIN_US", 0))
+}
+
+fn micros_from_env(name: &str, default: u64) -> Duration {
+    let micros = std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(default)
+        .min(10_000);
+    Duration::from_micros(micros)
+}
+
+/// How long the deadline monitor, having seen jobs, sleeps before it looks again when none of
+/// them needs it sooner: a job submitted meanwhile whose deadline is later needs no wake-up of
+/// the monitor (one futex call and context switch per job otherwise).
+const MONITOR_TICK: Duration = Duration::from_millis(50);
+
+/// How long a job waits in the queue, while every thread of the pool is running one, before
+/// the pool starts another thread for it. A pool of quick jobs thus keeps a few threads busy
+/// (each takes the next job as it finishes one) instead of waking a thread per job; a job
+/// queued behind code that blocks waits this much longer, then gets a thread of its own.
+const GROW_AFTER: Duration = Duration::from_micros(500);
 
 /// Why a job gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,6 +194,8 @@ impl<T: Send> Answer for Slot<T> {
 
 struct Job {
     id: u64,
+    /// When it was queued (see [`GROW_AFTER`]).
+    queued_at: Instant,
     deadline: Option<Instant>,
     activity: Activity,
     answer: Arc<dyn Answer>,
@@ -162,12 +215,31 @@ struct State {
     queue: VecDeque<Job>,
     running: HashMap<u64, Running>,
     threads: usize,
+    /// Threads without a job: spinning or sleeping.
     idle: usize,
+    /// Threads started that have not looked at the queue yet (each will take a job).
+    starting: usize,
+    /// Threads sleeping on `work` (they need a notify to see a new job).
+    sleeping: usize,
+    /// A thread is spinning for the next job (it needs no notify).
+    spinning: bool,
     next_id: u64,
     closed: bool,
     monitor: bool,
     /// When the monitor wakes next (`None`: when told).
     monitor_wake: Option<Instant>,
+    /// A job was submitted since the monitor last found nothing to watch.
+    recent_jobs: bool,
+    /// The runtime whose blocking pool lends the threads ([`Host::Runtime`]), as last seen by
+    /// a caller: the monitor starts threads there too.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl State {
+    /// True when a queued job has no thread that could take it now.
+    fn short_of_threads(&self, max_threads: usize) -> bool {
+        self.queue.len() > self.idle + self.starting && self.threads < max_threads
+    }
 }
 
 /// Where a pool's jobs run.
@@ -184,6 +256,9 @@ struct Inner {
     name: String,
     host: Host,
     max_threads: usize,
+    /// How many jobs are queued (the length of `State::queue`, readable without the lock by a
+    /// spinning thread).
+    queued: AtomicUsize,
     state: Mutex<State>,
     work: Condvar,
     watch: Condvar,
@@ -259,6 +334,7 @@ impl BlockingPool {
                 name,
                 host,
                 max_threads: max_threads.max(1),
+                queued: AtomicUsize::new(0),
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
                 watch: Condvar::new(),
@@ -305,6 +381,22 @@ impl BlockingPool {
             }),
             job,
         )?;
+        let mut rx = rx;
+        let polling = Instant::now();
+        let caller_spin = caller_spin();
+        while !caller_spin.is_zero() {
+            match rx.try_recv() {
+                Ok(answer) => return answer,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                    return Err(PoolError::Unavailable("the job was dropped".into()));
+                }
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+            }
+            if polling.elapsed() >= caller_spin {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
         rx.await
             .unwrap_or_else(|_| Err(PoolError::Unavailable("the job was dropped".into())))
     }
@@ -379,44 +471,43 @@ impl BlockingPool {
         }
         let id = state.next_id;
         state.next_id += 1;
+        let queued_at = Instant::now();
         state.queue.push_back(Job {
             id,
+            queued_at,
             deadline,
             activity: Activity(Arc::new(Mutex::new(label))),
             answer,
             run,
         });
-        if state.queue.len() > state.idle && state.threads < inner.max_threads {
-            state.threads += 1;
-            let worker = inner.clone();
-            let runtime = match inner.host {
-                Host::Runtime => tokio::runtime::Handle::try_current().ok(),
-                Host::Own => None,
-            };
-            let spawned = match runtime {
-                Some(runtime) => {
-                    // Given back soon after no job waits: tokio's threads are shared.
-                    drop(runtime.spawn_blocking(move || work(&worker, false)));
-                    Ok(())
-                }
-                None => std::thread::Builder::new()
-                    .name(format!("dsh-{}", inner.name))
-                    .spawn(move || work(&worker, true))
-                    .map(drop),
-            };
-            if let Err(e) = spawned {
-                state.threads -= 1;
-                if state.threads == 0 {
+        inner.queued.fetch_add(1, Ordering::SeqCst);
+        state.recent_jobs = true;
+        if inner.host == Host::Runtime
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            state.runtime = Some(runtime);
+        }
+        // The monitor starts a thread for a job that waited [`GROW_AFTER`]: when it wakes.
+        let mut monitor_at = deadline;
+        if state.short_of_threads(inner.max_threads) {
+            if state.threads == 0 {
+                if let Err(e) = grow(inner, &mut state) {
                     state.queue.retain(|j| j.id != id);
+                    inner.queued.store(state.queue.len(), Ordering::SeqCst);
                     return Err(PoolError::Unavailable(format!(
                         "could not start a thread: {e}"
                     )));
                 }
+            } else {
+                let grow_at = queued_at + GROW_AFTER;
+                monitor_at = Some(monitor_at.map_or(grow_at, |d| d.min(grow_at)));
             }
-        } else {
+        } else if state.sleeping > 0 && state.queue.len() > usize::from(state.spinning) {
+            // A spinning thread takes the first queued job without being told; a sleeping
+            // one must be woken for any beyond it.
             inner.work.notify_one();
         }
-        if let Some(deadline) = deadline {
+        if let Some(wake_at) = monitor_at {
             if !state.monitor {
                 let monitor = inner.clone();
                 let spawned = std::thread::Builder::new()
@@ -428,13 +519,14 @@ impl BlockingPool {
                         // Without the monitor no deadline would be kept: refuse rather
                         // than wait forever.
                         state.queue.retain(|j| j.id != id);
+                        inner.queued.store(state.queue.len(), Ordering::SeqCst);
                         return Err(PoolError::Unavailable(format!(
                             "could not start the deadline monitor: {e}"
                         )));
                     }
                 }
             }
-            if state.monitor_wake.is_none_or(|w| deadline < w) {
+            if state.monitor_wake.is_none_or(|w| wake_at < w) {
                 inner.watch.notify_one();
             }
         }
@@ -442,13 +534,45 @@ impl BlockingPool {
     }
 }
 
+/// Starts one more thread for the pool: one of the runtime's blocking pool
+/// ([`Host::Runtime`], when a runtime was seen), else one of its own.
+fn grow(inner: &Arc<Inner>, state: &mut State) -> std::io::Result<()> {
+    state.threads += 1;
+    state.starting += 1;
+    let worker = inner.clone();
+    let runtime = match inner.host {
+        Host::Runtime => state.runtime.clone(),
+        Host::Own => None,
+    };
+    let spawned = match runtime {
+        Some(runtime) => {
+            // Given back soon after no job waits: tokio's threads are shared.
+            drop(runtime.spawn_blocking(move || work(&worker, false)));
+            Ok(())
+        }
+        None => std::thread::Builder::new()
+            .name(format!("dsh-{}", inner.name))
+            .spawn(move || work(&worker, true))
+            .map(drop),
+    };
+    if spawned.is_err() {
+        state.threads -= 1;
+        state.starting -= 1;
+    }
+    spawned
+}
+
 /// A worker thread: runs queued jobs until idle for [`IDLE_EXIT`] (when it may `linger`;
-/// otherwise [`BORROWED_LINGER`]) or the pool closes.
+/// otherwise [`BORROWED_LINGER`]) or the pool closes. Between jobs it first spins for
+/// [`spin`] (one thread of the pool at a time), so that a job submitted soon after the last
+/// one is taken without a wake-up.
 fn work(inner: &Inner, linger: bool) {
     let idle_exit = if linger { IDLE_EXIT } else { BORROWED_LINGER };
     let mut state = inner.state();
+    state.starting -= 1;
     loop {
         if let Some(job) = state.queue.pop_front() {
+            inner.queued.fetch_sub(1, Ordering::SeqCst);
             if job.answer.answered() {
                 continue; // Timed out while queued: it never runs.
             }
@@ -471,11 +595,24 @@ fn work(inner: &Inner, linger: bool) {
             break;
         }
         state.idle += 1;
+        if !state.spinning && !spin().is_zero() {
+            state.spinning = true;
+            drop(state);
+            spin_for_work(inner);
+            state = inner.state();
+            state.spinning = false;
+            if !state.queue.is_empty() || state.closed {
+                state.idle -= 1;
+                continue;
+            }
+        }
+        state.sleeping += 1;
         let (next, waited) = inner
             .work
             .wait_timeout(state, idle_exit)
             .unwrap_or_else(|e| e.into_inner());
         state = next;
+        state.sleeping -= 1;
         state.idle -= 1;
         if waited.timed_out() && state.queue.is_empty() {
             break;
@@ -484,14 +621,52 @@ fn work(inner: &Inner, linger: bool) {
     state.threads -= 1;
 }
 
-/// The monitor thread: answers every job whose deadline passed, and marks the threads still
-/// running one as stuck.
-fn watch(inner: &Inner) {
+/// Spins for at most [`spin`] until a job is queued.
+fn spin_for_work(inner: &Inner) {
+    let until = Instant::now() + spin();
+    loop {
+        for _ in 0..64 {
+            if inner.queued.load(Ordering::SeqCst) > 0 {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        if Instant::now() >= until {
+            return;
+        }
+    }
+}
+
+/// The monitor thread: answers every job whose deadline passed, marks the threads still
+/// running one as stuck, and starts a thread for a job that waited [`GROW_AFTER`] while every
+/// thread was busy.
+fn watch(inner: &Arc<Inner>) {
     let mut state = inner.state();
     loop {
         let now = Instant::now();
         let mut expired: Vec<(Arc<dyn Answer>, bool)> = Vec::new();
         let mut next: Option<Instant> = None;
+        if state.short_of_threads(inner.max_threads) {
+            // The oldest job not yet taken: it has waited longest.
+            let waiting = state.queue.len() - state.idle - state.starting;
+            if let Some(oldest) = state
+                .queue
+                .iter()
+                .filter(|j| !j.answer.answered())
+                .map(|j| j.queued_at)
+                .min()
+            {
+                let grow_at = oldest + GROW_AFTER;
+                if grow_at > now {
+                    next = Some(grow_at);
+                } else if let Err(e) = grow(inner, &mut state) {
+                    tracing::warn!(pool = %inner.name, error = %e, waiting, "could not start another thread");
+                    next = Some(now + GROW_AFTER);
+                } else {
+                    continue;
+                }
+            }
+        }
         for job in &state.queue {
             match job.deadline {
                 Some(d) if d <= now => expired.push((job.answer.clone(), false)),
@@ -532,6 +707,17 @@ fn watch(inner: &Inner) {
                 inner
                     .watch
                     .wait_timeout(state, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            // Nothing to watch now, but jobs came lately: look again after a tick, so that the
+            // next jobs need not wake this thread.
+            None if state.recent_jobs && !state.closed => {
+                state.recent_jobs = false;
+                state.monitor_wake = Some(Instant::now() + MONITOR_TICK);
+                inner
+                    .watch
+                    .wait_timeout(state, MONITOR_TICK)
                     .unwrap_or_else(|e| e.into_inner())
                     .0
             }
@@ -668,6 +854,30 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(ok, "the pool did not recover");
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_quick_jobs_runs_on_a_few_threads_not_one_per_job() {
+        let pool = BlockingPool::new("t", 64);
+        let threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
+        let jobs: Vec<_> = (0..200)
+            .map(|n| {
+                let (pool, threads) = (pool.clone(), threads.clone());
+                tokio::spawn(async move {
+                    pool.run("quick", Some(Duration::from_secs(30)), move |_| {
+                        threads.lock().unwrap().insert(std::thread::current().id());
+                        n
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for (n, job) in jobs.into_iter().enumerate() {
+            assert_eq!(job.await.unwrap(), Ok(n));
+        }
+        let used = threads.lock().unwrap().len();
+        // One thread per queued job would be 64 (the most the pool may start).
+        assert!(used < 32, "200 quick jobs ran on {used} threads");
     }
 
     #[tokio::test]

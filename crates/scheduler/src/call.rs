@@ -1,7 +1,7 @@
 //! The call-lifecycle actor: one per call, spawned linked to the scheduler.
 //!
 //! It owns the call's run through the chain (a task it can abandon) and answers the call's
-//! frozen result exactly once, through a oneshot the scheduler waits on: the task freezes the
+//! frozen result exactly once, through a `CallReply` to the scheduler: the task freezes the
 //! result itself (`finalize_content` and observers run on the user-code pool, which the actor
 //! never waits on), and whichever of the task and `post_stop` takes the answer port first
 //! answers. Its handlers are short, so supervisor signals reach it at once:
@@ -24,6 +24,7 @@
 use crate::pipeline::candidate::Candidate;
 use crate::pipeline::panic;
 use crate::pipeline::{CallTrack, Pipeline};
+use crate::scheduler::SchedulerMsg;
 use crate::subcall::SubCalls;
 use crate::telemetry;
 use dsh_core::live::LiveActor;
@@ -34,7 +35,6 @@ use futures::future::{BoxFuture, Shared};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 use tracing::Instrument;
 
 /// The tool/call acknowledgement, shared by the call and the scheduler.
@@ -58,10 +58,87 @@ pub(crate) enum CallMsg {
     NotRecorded(SessionError),
 }
 
-/// The call's answer port, taken once by whoever answers first: the run or `post_stop`.
-type AnswerPort = Arc<std::sync::Mutex<Option<oneshot::Sender<CallOutcome>>>>;
+/// Where a call's answer goes: straight to the scheduler, as one `CallDone` carrying the
+/// call's acknowledgement too (no forwarding task per call). Dropped unsent (the actor was
+/// killed or failed, or its `tool/call` was not recorded), it tells the scheduler that the call
+/// ended without an answer, as a dropped oneshot did.
+pub(crate) struct CallReply {
+    scheduler: ActorRef<SchedulerMsg>,
+    step: u64,
+    index: usize,
+    recorded: SharedAck,
+    sent: bool,
+}
 
-fn take(port: &AnswerPort) -> Option<oneshot::Sender<CallOutcome>> {
+impl CallReply {
+    /// The answer of call `index` of `step`, whose `tool/call` acknowledgement is `recorded`.
+    pub(crate) fn new(
+        scheduler: ActorRef<SchedulerMsg>,
+        step: u64,
+        index: usize,
+        recorded: SharedAck,
+    ) -> CallReply {
+        CallReply {
+            scheduler,
+            step,
+            index,
+            recorded,
+            sent: false,
+        }
+    }
+
+    /// Answers the call.
+    pub(crate) fn send(mut self, outcome: CallOutcome) {
+        self.sent = true;
+        self.deliver(Some(outcome));
+    }
+
+    fn deliver(&self, outcome: Option<CallOutcome>) {
+        let (step, index) = (self.step, self.index);
+        if let Some(recorded) = self.recorded.peek() {
+            let _ = self.scheduler.send_message(SchedulerMsg::CallDone {
+                step,
+                index,
+                recorded: recorded.clone(),
+                outcome,
+            });
+            return;
+        }
+        // Not acknowledged yet (a call stopped before its run awaited it): wait for it.
+        let (scheduler, recorded) = (self.scheduler.clone(), self.recorded.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let recorded = recorded.await;
+                    let _ = scheduler.send_message(SchedulerMsg::CallDone {
+                        step,
+                        index,
+                        recorded,
+                        outcome,
+                    });
+                });
+            }
+            Err(_) => {
+                // Actors live on a runtime, so this is not expected; the scheduler's shutdown
+                // closes the call if it ever happens.
+                tracing::error!(step, index, "a call's answer was dropped outside a runtime");
+            }
+        }
+    }
+}
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        if !self.sent {
+            self.deliver(None);
+        }
+    }
+}
+
+/// The call's answer port, taken once by whoever answers first: the run or `post_stop`.
+type AnswerPort = Arc<std::sync::Mutex<Option<CallReply>>>;
+
+fn take(port: &AnswerPort) -> Option<CallReply> {
     port.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
@@ -86,7 +163,7 @@ pub(crate) struct CallArgs {
     pub input: ToolExecutionInput,
     pub recorded: SharedAck,
     pub track: Arc<CallTrack>,
-    pub reply: oneshot::Sender<CallOutcome>,
+    pub reply: CallReply,
     pub subcalls: Arc<SubCalls>,
     pub span: tracing::Span,
     pub contexts_in_result: bool,
@@ -265,7 +342,7 @@ impl Actor for CallLifecycle {
                             let outcome = answering.outcome(candidate, &finalize, deadline).await;
                             // Unless a stop gave up waiting on this freeze and answered first.
                             if let Some(port) = take(&reply) {
-                                let _ = port.send(outcome);
+                                port.send(outcome);
                             }
                             CallMsg::Finished
                         }
@@ -345,7 +422,7 @@ impl Actor for CallLifecycle {
                             answering.outcome(candidate, &finalize, deadline).await
                         }
                     };
-                    let _ = port.send(outcome);
+                    port.send(outcome);
                 }
             });
         } else if let Some(port) = take(&state.reply) {
@@ -358,7 +435,7 @@ impl Actor for CallLifecycle {
             // Frozen off this handler: a stop never waits on user code.
             tokio::spawn(async move {
                 let outcome = answering.outcome(candidate, &finalize, deadline).await;
-                let _ = port.send(outcome);
+                port.send(outcome);
             });
         }
         Ok(())

@@ -4,13 +4,15 @@
 //! signals, and appends the deferred context after the step's results.
 //!
 //! Its handlers never wait on a call: every call runs in its own linked [`CallLifecycle`]
-//! actor, and a small forwarder task turns the call's acknowledgement and answer into one
-//! `CallDone` message. Nor on user code: a result the scheduler closes itself (a call never
+//! actor, whose answer (a `CallReply`) arrives as one `CallDone` message with the call's
+//! acknowledgement. Nor on user code: a result the scheduler closes itself (a call never
 //! reached, not recorded, or ended without an answer) is frozen in a task (`finalize_content`
-//! and observers run on the user-code pool), which reports back with `Closed`. A call's answer travels through a oneshot, never through the actor's
+//! and observers run on the user-code pool), which reports back with `Closed`. A call's answer travels through its `CallReply`, never through the actor's
 //! last message, so a termination notice arriving first cannot lose it.
 
-use crate::call::{CallArgs, CallLifecycle, CallMsg, CallOutcome, SharedAck, interrupted};
+use crate::call::{
+    CallArgs, CallLifecycle, CallMsg, CallOutcome, CallReply, SharedAck, interrupted,
+};
 use crate::error::SchedulerError;
 use crate::pipeline::candidate::Candidate;
 use crate::pipeline::{CallTrack, Pipeline};
@@ -56,7 +58,7 @@ pub(crate) enum SchedulerMsg {
     CancelStep { token: u64 },
     /// Cancel a call, the step, or the session.
     Cancel(CancelTarget),
-    /// A call's acknowledgement and answer (from its forwarder).
+    /// A call's acknowledgement and answer (from its `CallReply`).
     CallDone {
         step: u64,
         index: usize,
@@ -960,7 +962,7 @@ fn start_call(
         .boxed()
         .shared();
     let track = Arc::new(CallTrack::default());
-    let (reply, answer) = oneshot::channel();
+    let reply = CallReply::new(myself.clone(), step, i, recorded.clone());
     let args = CallArgs {
         pipeline: pipeline.clone(),
         input: input.clone(),
@@ -984,8 +986,8 @@ fn start_call(
         ),
         contexts_in_result: run.context == DeferredContext::InResults,
     };
-    // The actor starts in the background; a failure to start drops `reply`, which the
-    // forwarder reports like any call that ended without an answer.
+    // The actor starts in the background; a failure to start drops `reply`, which reports it
+    // like any call that ended without an answer.
     let actor = match ractor::ActorRuntime::spawn_linked_instant(
         None,
         CallLifecycle,
@@ -998,17 +1000,6 @@ fn start_call(
             None
         }
     };
-    let forward_to = myself.clone();
-    tokio::spawn(async move {
-        let recorded = recorded.await;
-        let outcome = answer.await.ok();
-        let _ = forward_to.send_message(SchedulerMsg::CallDone {
-            step,
-            index: i,
-            recorded,
-            outcome,
-        });
-    });
     slot.state = SlotState::Running {
         actor,
         handle,
