@@ -7,7 +7,7 @@
 mod common;
 
 use common::pg::{export, psql, wait_for_a_call};
-use common::procs::{alive, descendants, signal};
+use common::procs::{descendants, resume_and_expect_tools_killed, signal};
 use common::*;
 use serde_json::json;
 use std::path::Path;
@@ -347,19 +347,7 @@ fn an_owner_frozen_past_its_lease_kills_its_tools_when_it_resumes_and_writes_not
     assert!(said.contains("may have finished"), "{said}");
 
     // The old owner resumes: its tools are killed at once, and it stops with an error.
-    signal(first.id(), "-CONT");
-    for &pid in &tree {
-        signal(pid, "-CONT");
-    }
-    let resumed = Instant::now();
-    while tree.iter().any(|&pid| alive(pid)) {
-        assert!(
-            resumed.elapsed() < Duration::from_secs(3),
-            "the old owner's tools still run {:?} after it resumed",
-            resumed.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    resume_and_expect_tools_killed(first.id(), &tree);
     let first = first.wait_with_output().unwrap();
     let first_err = String::from_utf8_lossy(&first.stderr);
     assert_eq!(first.status.code(), Some(3), "{first_err}");

@@ -6,7 +6,7 @@
 mod common;
 
 use common::pg::{export, psql, wait_for_a_call};
-use common::procs::{alive, freeze_tree, signal};
+use common::procs::{freeze_tree, resume_and_expect_tools_killed};
 use common::stdio::Client;
 use common::*;
 use serde_json::json;
@@ -70,19 +70,7 @@ fn a_served_owner_frozen_past_its_lease_kills_its_tools_when_it_resumes() {
     let after_takeover = export(&url, &session);
 
     // The old owner resumes: its tools are killed at once, and it stops with an error.
-    signal(pid, "-CONT");
-    for &p in &tree {
-        signal(p, "-CONT");
-    }
-    let resumed = Instant::now();
-    while tree.iter().any(|&p| alive(p)) {
-        assert!(
-            resumed.elapsed() < Duration::from_secs(3),
-            "the old owner's tools still run {:?} after it resumed",
-            resumed.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    resume_and_expect_tools_killed(pid, &tree);
     let started = Instant::now();
     let status = loop {
         if let Some(status) = served.child.try_wait().unwrap() {

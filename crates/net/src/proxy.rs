@@ -675,16 +675,8 @@ async fn http(shared: &Shared, log: &EgressLog, mut client: TcpStream, mut buf: 
         let rest = buf[head_len..].to_vec();
         match admit_and_connect(shared, &host, port).await {
             Err((reason, rule, allowed)) => {
-                log.push(
-                    denied_or_failed(&host, port, Via::Connect, reason.clone(), rule, allowed),
-                    None,
-                );
-                let status = if allowed {
-                    "502 Bad Gateway"
-                } else {
-                    "403 Forbidden"
-                };
-                refuse_http(&mut client, status, &reason).await;
+                let refusal = (reason, rule, allowed);
+                not_admitted(log, &mut client, &host, port, Via::Connect, refusal).await;
             }
             Ok((upstream, addr, rule)) => {
                 if client
@@ -784,16 +776,8 @@ async fn http(shared: &Shared, log: &EgressLog, mut client: TcpStream, mut buf: 
     }
     match admit_and_connect(shared, &host, port).await {
         Err((reason, rule, allowed)) => {
-            log.push(
-                denied_or_failed(&host, port, Via::Http, reason.clone(), rule, allowed),
-                None,
-            );
-            let status = if allowed {
-                "502 Bad Gateway"
-            } else {
-                "403 Forbidden"
-            };
-            refuse_http(&mut client, status, &reason).await;
+            let refusal = (reason, rule, allowed);
+            not_admitted(log, &mut client, &host, port, Via::Http, refusal).await;
         }
         Ok((upstream, addr, rule)) => {
             let mut head = format!("{method} {path} HTTP/1.1\r\n");
@@ -832,6 +816,28 @@ async fn http(shared: &Shared, log: &EgressLog, mut client: TcpStream, mut buf: 
             .await;
         }
     }
+}
+
+/// A CONNECT or plain-HTTP request that [`admit_and_connect`] turned away: logged, and told
+/// `403` (the rules refused it) or `502` (allowed, but the connection failed).
+async fn not_admitted(
+    log: &EgressLog,
+    client: &mut TcpStream,
+    host: &str,
+    port: u16,
+    via: Via,
+    (reason, rule, allowed): (String, Option<String>, bool),
+) {
+    log.push(
+        denied_or_failed(host, port, via, reason.clone(), rule, allowed),
+        None,
+    );
+    let status = if allowed {
+        "502 Bad Gateway"
+    } else {
+        "403 Forbidden"
+    };
+    refuse_http(client, status, &reason).await;
 }
 
 fn denied_or_failed(

@@ -74,3 +74,21 @@ pub fn freeze_tree(root: u32) -> Vec<u32> {
     }
     tree
 }
+
+/// Resumes a frozen owner (`root` and its `tree`) and asserts that its tools are gone within
+/// 3 s: a fenced owner kills them as soon as it runs again.
+pub fn resume_and_expect_tools_killed(root: u32, tree: &[u32]) {
+    signal(root, "-CONT");
+    for &pid in tree {
+        signal(pid, "-CONT");
+    }
+    let resumed = std::time::Instant::now();
+    while tree.iter().any(|&pid| alive(pid)) {
+        assert!(
+            resumed.elapsed() < std::time::Duration::from_secs(3),
+            "the old owner's tools still run {:?} after it resumed",
+            resumed.elapsed()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
