@@ -8,6 +8,7 @@ mod code_bench;
 mod compare;
 mod fleet_bench;
 mod fs_bench;
+mod handoff_bench;
 mod net_bench;
 mod pg_bench;
 mod pipeline_bench;
@@ -29,8 +30,9 @@ pub struct Bench {
 }
 
 fn benches() -> Vec<&'static Bench> {
-    let lists: [&'static [Bench]; 11] = [
+    let lists: [&'static [Bench]; 12] = [
         pipeline_bench::BENCHES,
+        handoff_bench::BENCHES,
         session_bench::BENCHES,
         fs_bench::BENCHES,
         code_bench::BENCHES,

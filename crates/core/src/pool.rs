@@ -28,7 +28,9 @@
 //!   thread is started at once only when the pool has none, else for a job that waited 500 µs
 //!   while every thread was busy (so a burst of quick jobs keeps a few threads busy instead of
 //!   waking one per job, and a job queued behind code that blocks still gets a thread soon);
-//!   the deadline monitor is woken only for a deadline earlier than its next look. Spinning
+//!   the deadline monitor is woken only for a deadline earlier than its next look; a job
+//!   submitted from a task leaves the wake-up to a task that runs after the runtime's ready
+//!   ones, so the jobs that many calls submit in one turn of the runtime share it. Spinning
 //!   before sleeping is off by default: on a machine with fewer cores than busy threads it
 //!   took a core from the work it waited for (`DSH_POOL_SPIN_US` and
 //!   `DSH_POOL_CALLER_SPIN_US`, read once, set how long a free thread, and a caller waiting for
@@ -223,6 +225,9 @@ struct State {
     sleeping: usize,
     /// A thread is spinning for the next job (it needs no notify).
     spinning: bool,
+    /// A [`Kick`] is on its way: it wakes the sleeping threads for the jobs queued until it
+    /// runs, so jobs submitted meanwhile need no wake-up of their own.
+    kick_pending: bool,
     next_id: u64,
     closed: bool,
     monitor: bool,
@@ -259,6 +264,8 @@ struct Inner {
     /// How many jobs are queued (the length of `State::queue`, readable without the lock by a
     /// spinning thread).
     queued: AtomicUsize,
+    /// How many times a sleeping thread was told of work (read by tests).
+    wakes: AtomicUsize,
     state: Mutex<State>,
     work: Condvar,
     watch: Condvar,
@@ -267,6 +274,12 @@ struct Inner {
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells one sleeping thread that a job waits.
+    fn wake_one(&self) {
+        self.wakes.fetch_add(1, Ordering::Relaxed);
+        self.work.notify_one();
     }
 }
 
@@ -335,6 +348,7 @@ impl BlockingPool {
                 host,
                 max_threads: max_threads.max(1),
                 queued: AtomicUsize::new(0),
+                wakes: AtomicUsize::new(0),
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
                 watch: Condvar::new(),
@@ -380,6 +394,7 @@ impl BlockingPool {
                 let _ = tx.send(r);
             }),
             job,
+            Wake::Deferred,
         )?;
         let mut rx = rx;
         let polling = Instant::now();
@@ -421,6 +436,8 @@ impl BlockingPool {
                 let _ = tx.send(r);
             }),
             job,
+            // This thread waits right here: nothing else would run a deferred wake-up.
+            Wake::Now,
         )?;
         rx.recv()
             .unwrap_or_else(|_| Err(PoolError::Unavailable("the job was dropped".into())))
@@ -432,6 +449,7 @@ impl BlockingPool {
         deadline: Option<Duration>,
         deliver: Deliver<T>,
         job: F,
+        wake: Wake,
     ) -> Result<(), PoolError>
     where
         T: Send + 'static,
@@ -489,6 +507,7 @@ impl BlockingPool {
         }
         // The monitor starts a thread for a job that waited [`GROW_AFTER`]: when it wakes.
         let mut monitor_at = deadline;
+        let mut kick = None;
         if state.short_of_threads(inner.max_threads) {
             if state.threads == 0 {
                 if let Err(e) = grow(inner, &mut state) {
@@ -504,8 +523,19 @@ impl BlockingPool {
             }
         } else if state.sleeping > 0 && state.queue.len() > usize::from(state.spinning) {
             // A spinning thread takes the first queued job without being told; a sleeping
-            // one must be woken for any beyond it.
-            inner.work.notify_one();
+            // one must be woken for any beyond it. From a task, the wake-up waits for the
+            // runtime's queued tasks ([`Kick`]): the jobs they submit meanwhile share it.
+            match (wake, tokio::runtime::Handle::try_current()) {
+                _ if state.kick_pending => {}
+                // Only where the sleeping threads are the runtime's: one of those looks at the
+                // queue every [`BORROWED_LINGER`] anyway, so if the runtime cannot run the kick
+                // (its threads all blocked), the job still starts that soon.
+                (Wake::Deferred, Ok(runtime)) if inner.host == Host::Runtime => {
+                    state.kick_pending = true;
+                    kick = Some((runtime, Kick(inner.clone())));
+                }
+                _ => inner.wake_one(),
+            }
         }
         if let Some(wake_at) = monitor_at {
             if !state.monitor {
@@ -530,7 +560,48 @@ impl BlockingPool {
                 inner.watch.notify_one();
             }
         }
+        drop(state);
+        if let Some((runtime, kick)) = kick {
+            // Spawned outside the lock: a runtime that is shutting down drops the task, and
+            // with it the kick, at once.
+            drop(runtime.spawn(async move {
+                tokio::task::yield_now().await;
+                drop(kick);
+            }));
+        }
         Ok(())
+    }
+}
+
+/// Whether a submitted job may wait for a [`Kick`] to wake a thread for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// The caller is a task: wake a thread once the runtime has run the tasks queued now.
+    Deferred,
+    /// The caller blocks its thread until the answer: wake a thread now.
+    Now,
+}
+
+/// Wakes as many sleeping threads as there are queued jobs no spinning thread will take.
+/// Sent by [`BlockingPool::run`] of a pool on the runtime ([`BlockingPool::on_runtime`]) as
+/// a task that first yields, so the jobs that the
+/// runtime's other ready tasks submit meanwhile share one wake-up: a stream of quick jobs
+/// from many calls costs a few wake-ups instead of one each. It wakes when dropped, so a
+/// runtime that shuts down before running it still wakes the threads.
+struct Kick(Arc<Inner>);
+
+impl Drop for Kick {
+    fn drop(&mut self) {
+        let inner = &self.0;
+        let mut state = inner.state();
+        state.kick_pending = false;
+        let waiting = state
+            .queue
+            .len()
+            .saturating_sub(usize::from(state.spinning));
+        for _ in 0..waiting.min(state.sleeping) {
+            inner.wake_one();
+        }
     }
 }
 
@@ -878,6 +949,89 @@ mod tests {
         let used = threads.lock().unwrap().len();
         // One thread per queued job would be 64 (the most the pool may start).
         assert!(used < 32, "200 quick jobs ran on {used} threads");
+    }
+
+    /// True once the pool's one thread sleeps, waiting for work, within a millisecond (a
+    /// borrowed thread sleeps two before it goes back to the runtime).
+    fn its_thread_sleeps(pool: &BlockingPool) -> bool {
+        let until = Instant::now() + Duration::from_millis(1);
+        while Instant::now() < until {
+            if pool.handle.0.state().sleeping == 1 {
+                return true;
+            }
+            std::thread::yield_now();
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn jobs_submitted_together_share_a_wake_up() {
+        let pool = BlockingPool::on_runtime("t", 4);
+        for _ in 0..100 {
+            assert_eq!(pool.run("first", None, |_| 1).await, Ok(1));
+            if !its_thread_sleeps(&pool) {
+                continue;
+            }
+            let before = pool.handle.0.wakes.load(Ordering::Relaxed);
+            // A hundred calls reach their user code in one turn of the runtime.
+            let jobs: Vec<_> = (0..100)
+                .map(|n| {
+                    let pool = pool.clone();
+                    tokio::spawn(async move { pool.run("quick", None, move |_| n).await })
+                })
+                .collect();
+            for (n, job) in jobs.into_iter().enumerate() {
+                assert_eq!(job.await.unwrap(), Ok(n));
+            }
+            let wakes = pool.handle.0.wakes.load(Ordering::Relaxed) - before;
+            // One wake-up per job would be a hundred.
+            assert!(
+                wakes <= 2,
+                "100 jobs submitted together took {wakes} wake-ups"
+            );
+            return;
+        }
+        panic!("the pool's thread never slept between jobs");
+    }
+
+    #[test]
+    fn a_wake_up_left_to_a_runtime_that_cannot_run_it_still_comes_soon() {
+        let pool = BlockingPool::on_runtime("t", 1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let waited = runtime.block_on(async move {
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    // A borrowed thread that just finished a job sleeps, waiting for the next.
+                    assert_eq!(pool.run("first", None, |_| 1).await, Ok(1));
+                    let (ran, ran_rx) = std::sync::mpsc::channel();
+                    let submitted = Instant::now();
+                    let job = pool.run("next", None, move |_| ran.send(Instant::now()).unwrap());
+                    let mut job = std::pin::pin!(job);
+                    assert!(futures::poll!(job.as_mut()).is_pending());
+                    if !pool.handle.0.state().kick_pending {
+                        // The thread had gone back already; the job got a thread at once.
+                        let _ = job.await;
+                        continue;
+                    }
+                    // The runtime's only worker blocks: the kick cannot run.
+                    std::thread::sleep(Duration::from_millis(1_000));
+                    let ran = ran_rx.try_recv().expect("the job had not run after 1 s");
+                    return Some(ran.duration_since(submitted));
+                }
+                None
+            })
+            .await
+            .unwrap()
+        });
+        let waited = waited.expect("the wake-up was never left to the runtime");
+        assert!(
+            waited < Duration::from_millis(500),
+            "the job waited {waited:?} for a runtime that could not run its wake-up"
+        );
     }
 
     #[tokio::test]
