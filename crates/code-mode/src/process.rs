@@ -7,7 +7,9 @@
 //! process itself, so killing it (SIGKILL) ends everything it ran. A [`Worker`] that is
 //! dropped, for whatever reason, kills its process and reaps it in the background; until
 //! then the process counts as live ([`live`]) and keeps its script slot, so the number of
-//! scripts alive at once never passes the slots, even while they die.
+//! scripts alive at once never passes the slots, even while they die. When the runtime goes
+//! before the background reap ran (a program's end), the reap happens where its task is
+//! dropped, synchronously: no worker outlives the runtime that started it.
 
 use crate::bridge::{FromWorker, PROTOCOL, ToWorker};
 use crate::worker::WORKER_ARG;
@@ -382,27 +384,77 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
+        let Some(child) = self.child.take() else {
             return;
         };
         // Done or not, it ends now: a worker that answered is exiting anyway.
-        let _ = child.start_kill();
-        let held = self.held.take();
-        let spare = self.spare.take();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let _ = child.wait().await;
-                    drop(held);
-                    forget_spare(spare);
-                });
-            }
-            // No runtime to wait in: the kill is sent, and tokio reaps orphans.
-            Err(_) => {
-                drop(held);
-                forget_spare(spare);
+        let mut dying = Dying {
+            child,
+            held: self.held.take(),
+            spare: self.spare.take(),
+            reaped: false,
+        };
+        let _ = dying.child.start_kill();
+        if dying.reaped_now() {
+            return;
+        }
+        // Reaped in the background while the runtime runs. Should the runtime go first (its
+        // tasks are dropped at shutdown, and a task spawned then is dropped at once), the
+        // `Dying` is dropped with the task and waits for the process there: no worker
+        // outlives the runtime that started it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = dying.child.wait().await;
+                dying.reaped = true;
+            });
+        }
+    }
+}
+
+/// A worker process sent SIGKILL and not yet reaped. It keeps the worker's script slot and
+/// its place in [`live`] (or [`spare_pids`]) until the process is gone; dropped before that,
+/// it waits for the process there (the last resort, when no runtime is left to wait in).
+struct Dying {
+    child: Child,
+    held: Option<(LiveGuard, OwnedSemaphorePermit)>,
+    spare: Option<u32>,
+    reaped: bool,
+}
+
+/// How long a dropped [`Dying`] waits for a killed process before giving up on it (a
+/// process in an uninterruptible wait can take this long; none has been seen to).
+const REAP_LIMIT: Duration = Duration::from_secs(5);
+
+impl Dying {
+    /// Whether the process is already gone (and reaped now).
+    fn reaped_now(&mut self) -> bool {
+        self.reaped = matches!(self.child.try_wait(), Ok(Some(_)) | Err(_));
+        self.reaped
+    }
+}
+
+impl Drop for Dying {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // SIGKILL was sent: it ends within moments. Waiting here blocks this thread for
+            // those moments, which only happens when the runtime is shutting down.
+            let _ = self.child.start_kill();
+            let start = std::time::Instant::now();
+            let mut nap = Duration::from_micros(50);
+            while !self.reaped_now() {
+                if start.elapsed() > REAP_LIMIT {
+                    tracing::warn!(
+                        pid = self.child.id(),
+                        "a killed script worker did not end; it is left to the system"
+                    );
+                    break;
+                }
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(5));
             }
         }
+        drop(self.held.take());
+        forget_spare(self.spare.take());
     }
 }
 
