@@ -12,6 +12,7 @@
 //! dropped, synchronously: no worker outlives the runtime that started it.
 
 use crate::bridge::{FromWorker, PROTOCOL, ToWorker};
+use crate::fork_server::{Ended, ForkServer, ForkedWorker};
 use crate::worker::WORKER_ARG;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -19,9 +20,9 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
 /// How a script worker is started: a program and its arguments. The program must run
 /// [`crate::worker_main`] (directly, or through [`crate::worker_main_if_requested`] when
@@ -63,6 +64,58 @@ impl WorkerCommand {
     pub fn program(&self) -> &Path {
         &self.program
     }
+
+    /// Its arguments.
+    pub(crate) fn args(&self) -> &[OsString] {
+        &self.args
+    }
+}
+
+/// Where a `RunCode`'s workers come from: its fork server once started (see
+/// [`crate::fork_server`]), or the program started anew for each worker when it is not one.
+#[derive(Debug, Default)]
+pub(crate) struct Servers {
+    state: tokio::sync::Mutex<ServerState>,
+}
+
+#[derive(Debug, Default)]
+enum ServerState {
+    #[default]
+    Untried,
+    Running(Arc<ForkServer>),
+    /// This command is not a fork server: its workers are started one by one.
+    NotOne(WorkerCommand),
+}
+
+impl Servers {
+    /// The fork server of `command`, started now if it is not running.
+    async fn get(&self, command: &WorkerCommand) -> Option<Arc<ForkServer>> {
+        let mut state = self.state.lock().await;
+        match &*state {
+            ServerState::Running(server) if server.command() == command && server.alive() => {
+                return Some(server.clone());
+            }
+            ServerState::NotOne(c) if c == command => return None,
+            _ => {}
+        }
+        // A server that ended is replaced (dropping it reaps it).
+        *state = ServerState::Untried;
+        let started = {
+            let command = command.clone();
+            tokio::task::spawn_blocking(move || ForkServer::start(&command)).await
+        };
+        match started {
+            Ok(Ok(server)) => {
+                let server = Arc::new(server);
+                *state = ServerState::Running(server.clone());
+                Some(server)
+            }
+            _ => {
+                *state = ServerState::NotOne(command.clone());
+                None
+            }
+        }
+    }
 }
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -93,11 +146,55 @@ const STDERR_KEPT: usize = 4 << 10;
 /// How long a started program may take to say it is a worker.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A worker's process: a child of dsh's, or of its fork server.
+enum Process {
+    Spawned(Child),
+    Forked {
+        pid: u32,
+        ended: watch::Receiver<Ended>,
+        server: Arc<ForkServer>,
+    },
+}
+
+impl Process {
+    fn start_kill(&mut self) {
+        match self {
+            Process::Spawned(child) => {
+                let _ = child.start_kill();
+            }
+            Process::Forked { pid, server, .. } => server.kill(*pid),
+        }
+    }
+
+    /// Whether it has ended and been reaped.
+    fn reaped_now(&mut self) -> bool {
+        match self {
+            Process::Spawned(child) => matches!(child.try_wait(), Ok(Some(_)) | Err(_)),
+            Process::Forked { ended, .. } => ended.borrow().is_some(),
+        }
+    }
+
+    /// Waits for its end.
+    async fn wait(&mut self) -> Option<ExitStatus> {
+        match self {
+            Process::Spawned(child) => child.wait().await.ok(),
+            Process::Forked { ended, .. } => ended
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|e| e.flatten()),
+        }
+    }
+}
+
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// A running worker process.
 pub(crate) struct Worker {
-    child: Option<Child>,
+    child: Option<Process>,
     to_child: mpsc::UnboundedSender<Vec<u8>>,
-    stdout: BufReader<ChildStdout>,
+    stdout: BufReader<Reader>,
     /// The start of a line whose end has not come yet: kept here, not in `next`'s future,
     /// so that `next` can be dropped (in a `select!`) without losing what it read.
     partial: Vec<u8>,
@@ -122,6 +219,8 @@ pub(crate) struct Worker {
 #[derive(Debug, Default)]
 pub(crate) struct Spare {
     next: Mutex<Option<SpareHandle>>,
+    /// Where its workers come from.
+    pub(crate) servers: Arc<Servers>,
 }
 
 struct SpareHandle {
@@ -176,8 +275,11 @@ impl Spare {
         };
         let (ask, asked) = tokio::sync::oneshot::channel::<tokio::sync::oneshot::Sender<Worker>>();
         let started = command.clone();
+        let servers = self.servers.clone();
         runtime.spawn(async move {
-            let worker = match Worker::start_idle(&started, max_line, true).await {
+            let worker = Worker::start_idle(&servers, &started, max_line, true).await;
+            drop(servers);
+            let worker = match worker {
                 Ok(worker) => worker,
                 Err(why) => {
                     tracing::debug!(%why, "a spare script worker did not start");
@@ -200,11 +302,12 @@ impl Spare {
 impl Worker {
     /// Starts `command` and waits for its hello. `max_line` bounds every line it may send.
     pub(crate) async fn start(
+        servers: &Servers,
         command: &WorkerCommand,
         slot: OwnedSemaphorePermit,
         max_line: usize,
     ) -> Result<Worker, String> {
-        let mut worker = Self::start_idle(command, max_line, false).await?;
+        let mut worker = Self::start_idle(servers, command, max_line, false).await?;
         worker.hold(slot);
         Ok(worker)
     }
@@ -220,10 +323,19 @@ impl Worker {
     /// ahead of the next script is listed by [`spare_pids`] until a script takes it or it is
     /// reaped; see [`Spare`]).
     pub(crate) async fn start_idle(
+        servers: &Servers,
         command: &WorkerCommand,
         max_line: usize,
         spare: bool,
     ) -> Result<Worker, String> {
+        if let Some(server) = servers.get(command).await {
+            match server.fork().await {
+                Ok(forked) => return Self::forked(server, forked, command, max_line, spare).await,
+                Err(why) => {
+                    tracing::debug!(%why, "the fork server did not fork; starting a worker")
+                }
+            }
+        }
         let mut cmd = Command::new(&command.program);
         cmd.args(&command.args)
             .stdin(Stdio::piped())
@@ -238,18 +350,94 @@ impl Worker {
                 command.program.display()
             )
         })?;
-        let held = None;
         let spare = if spare { child.id() } else { None };
-        if let Some(pid) = spare {
-            SPARES.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
-        }
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             let _ = child.start_kill();
-            forget_spare(spare);
             return Err("the script worker's pipes were not set up".into());
         };
+        Self::connect(
+            Process::Spawned(child),
+            (Box::new(stdin), Box::new(stdout), Box::new(stderr)),
+            command,
+            max_line,
+            spare,
+        )
+        .await
+    }
+
+    /// A worker just forked by `server`.
+    async fn forked(
+        server: Arc<ForkServer>,
+        forked: ForkedWorker,
+        command: &WorkerCommand,
+        max_line: usize,
+        spare: bool,
+    ) -> Result<Worker, String> {
+        let ForkedWorker {
+            pid,
+            ended,
+            io,
+            err,
+        } = forked;
+        let process = Process::Forked { pid, ended, server };
+        let streams = io
+            .set_nonblocking(true)
+            .and_then(|()| err.set_nonblocking(true))
+            .and_then(|()| {
+                Ok((
+                    tokio::net::UnixStream::from_std(io)?,
+                    tokio::net::UnixStream::from_std(err)?,
+                ))
+            });
+        let (io, err) = match streams {
+            Ok(streams) => streams,
+            Err(e) => {
+                // Dropped as a worker, it is killed and reaped.
+                drop(Self::bare(process));
+                return Err(format!("the forked worker's sockets were not set up: {e}"));
+            }
+        };
+        let (out, input) = io.into_split();
+        Self::connect(
+            process,
+            (Box::new(input), Box::new(out), Box::new(err)),
+            command,
+            max_line,
+            spare.then_some(pid),
+        )
+        .await
+    }
+
+    /// A worker that is only its process (to be dropped: killed and reaped).
+    fn bare(process: Process) -> Worker {
+        let (to_child, _) = mpsc::unbounded_channel();
+        Worker {
+            child: Some(process),
+            to_child,
+            stdout: BufReader::new(Box::new(tokio::io::empty())),
+            partial: Vec::new(),
+            max_line: 0,
+            stderr: Arc::default(),
+            stderr_read: None,
+            held: None,
+            spare: None,
+        }
+    }
+
+    /// Wires a started process's streams and waits for its hello.
+    async fn connect(
+        process: Process,
+        (stdin, stdout, stderr): (Writer, Reader, Reader),
+        command: &WorkerCommand,
+        max_line: usize,
+        spare: Option<u32>,
+    ) -> Result<Worker, String> {
+        let held = None;
+        if let Some(pid) = spare {
+            SPARES.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+        }
         let (to_child, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
         tokio::spawn(async move {
             let mut stdin = stdin;
@@ -262,7 +450,7 @@ impl Worker {
         let kept = Arc::new(Mutex::new(String::new()));
         let stderr_read = tokio::spawn(drain_stderr(stderr, kept.clone()));
         let mut worker = Worker {
-            child: Some(child),
+            child: Some(process),
             to_child,
             stdout: BufReader::new(stdout),
             partial: Vec::new(),
@@ -274,8 +462,11 @@ impl Worker {
         };
         let hello = tokio::time::timeout(HELLO_TIMEOUT, worker.next()).await;
         match hello {
-            Ok(Ok(Some(FromWorker::Hello { protocol }))) if protocol == PROTOCOL => Ok(worker),
-            Ok(Ok(Some(FromWorker::Hello { protocol }))) => Err(format!(
+            Ok(Ok(Some(FromWorker::Hello {
+                protocol,
+                forks: false,
+            }))) if protocol == PROTOCOL => Ok(worker),
+            Ok(Ok(Some(FromWorker::Hello { protocol, .. }))) => Err(format!(
                 "the script worker `{}` speaks protocol {protocol}, not {PROTOCOL}: it is another \
                  build",
                 command.program.display()
@@ -353,7 +544,7 @@ impl Worker {
     /// Kills the process now (it is reaped when the worker is dropped).
     pub(crate) fn kill(&mut self) {
         if let Some(child) = self.child.as_mut() {
-            let _ = child.start_kill();
+            child.start_kill();
         }
     }
 
@@ -363,7 +554,6 @@ impl Worker {
         tokio::time::timeout(Duration::from_secs(1), child.wait())
             .await
             .ok()?
-            .ok()
     }
 
     /// What the worker wrote to stderr, as the end of a message: all of it (up to what is
@@ -394,7 +584,7 @@ impl Drop for Worker {
             spare: self.spare.take(),
             reaped: false,
         };
-        let _ = dying.child.start_kill();
+        dying.child.start_kill();
         if dying.reaped_now() {
             return;
         }
@@ -405,7 +595,7 @@ impl Drop for Worker {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let _ = dying.child.wait().await;
-                dying.reaped = true;
+                dying.reaped_now();
             });
         }
     }
@@ -415,7 +605,7 @@ impl Drop for Worker {
 /// its place in [`live`] (or [`spare_pids`]) until the process is gone; dropped before that,
 /// it waits for the process there (the last resort, when no runtime is left to wait in).
 struct Dying {
-    child: Child,
+    child: Process,
     held: Option<(LiveGuard, OwnedSemaphorePermit)>,
     spare: Option<u32>,
     reaped: bool,
@@ -428,7 +618,7 @@ const REAP_LIMIT: Duration = Duration::from_secs(5);
 impl Dying {
     /// Whether the process is already gone (and reaped now).
     fn reaped_now(&mut self) -> bool {
-        self.reaped = matches!(self.child.try_wait(), Ok(Some(_)) | Err(_));
+        self.reaped = self.child.reaped_now();
         self.reaped
     }
 }
@@ -438,15 +628,12 @@ impl Drop for Dying {
         if !self.reaped {
             // SIGKILL was sent: it ends within moments. Waiting here blocks this thread for
             // those moments, which only happens when the runtime is shutting down.
-            let _ = self.child.start_kill();
+            self.child.start_kill();
             let start = std::time::Instant::now();
             let mut nap = Duration::from_micros(50);
             while !self.reaped_now() {
                 if start.elapsed() > REAP_LIMIT {
-                    tracing::warn!(
-                        pid = self.child.id(),
-                        "a killed script worker did not end; it is left to the system"
-                    );
+                    tracing::warn!("a killed script worker did not end; it is left to the system");
                     break;
                 }
                 std::thread::sleep(nap);
@@ -459,7 +646,7 @@ impl Drop for Dying {
 }
 
 /// Reads a worker's stderr to its end (so the worker never blocks on it), keeping its start.
-async fn drain_stderr(mut stderr: tokio::process::ChildStderr, kept: Arc<Mutex<String>>) {
+async fn drain_stderr(mut stderr: Reader, kept: Arc<Mutex<String>>) {
     let mut buf = vec![0u8; 4096];
     loop {
         match stderr.read(&mut buf).await {

@@ -82,9 +82,23 @@ fn read_message(input: &mut impl BufRead) -> Option<ToWorker> {
 /// Runs one script from this process's stdin, answering on its stdout, and answers the exit
 /// code. [`worker_main_if_requested`] calls it; a program made only to be a worker (as this
 /// crate's `dsh-code-worker`) calls it from `main`.
+///
+/// Started with `DSH_CODE_MODE_FORK_SERVER` set (as `run_code` does), it is a fork server
+/// instead: it forks one fresh worker per script (see the crate's documentation).
 pub fn worker_main() -> i32 {
+    if let Some(code) = crate::fork_server::serve_if_asked() {
+        return code;
+    }
+    run_worker()
+}
+
+/// The worker itself: one script from stdin, answered on stdout.
+pub(crate) fn run_worker() -> i32 {
     let send: Outbox = Arc::new(write_message);
-    if !send(&FromWorker::Hello { protocol: PROTOCOL }) {
+    if !send(&FromWorker::Hello {
+        protocol: PROTOCOL,
+        forks: false,
+    }) {
         return EXIT_PARENT_GONE;
     }
     // Stdin's buffer is shared, so each read locks it afresh: the reader thread goes on

@@ -1,6 +1,7 @@
 //! No script worker outlives the runtime that started it: when the runtime shuts down (a
 //! program's end, as `dsh run`'s), the spare started ahead of the next script and the worker
-//! of a script still running are killed and reaped before the shutdown returns, however
+//! of a script still running (and the fork server they came from) are killed and reaped
+//! before the shutdown returns, however
 //! loaded the machine (nothing is left for a background task that will never run).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Every process this test process started and has not reaped, with its state letter (`Z`:
-/// ended, not reaped), and the processes they started in turn.
+/// ended, not reaped), and the processes they started in turn (a fork server's workers).
 fn descendants() -> Vec<(u32, char)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -84,16 +85,15 @@ fn the_spare_and_a_running_script_are_reaped_before_the_runtime_shutdown_returns
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // Kept alive past the runtime, as a program that exits without shutting them down.
         (harness, session, log)
     });
+    // As `dsh run` ends: the harness is dropped (not shut down) outside the runtime, then
+    // the runtime is shut down.
+    drop(kept);
     rt.shutdown_timeout(Duration::from_secs(10));
     // At once: no waiting, no polling.
     let left = descendants();
     let running: Vec<_> = left.iter().filter(|(_, s)| *s != 'Z').collect();
     assert!(running.is_empty(), "still running: {running:?}");
     assert!(left.is_empty(), "ended but never reaped: {left:?}");
-    // Dropped without a runtime, they would start nothing; forgetting them keeps the test
-    // about the runtime alone.
-    std::mem::forget(kept);
 }
