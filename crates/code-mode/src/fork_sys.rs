@@ -1,5 +1,6 @@
-//! The system calls of the fork server ([`crate::fork_server`]): the only module of this
-//! crate that may use `unsafe` (each block says why it is sound).
+//! The system calls of the fork server ([`crate::fork_server`]) and the engine's memory
+//! peak: the only module of this crate that may use `unsafe` (each block says why it is
+//! sound).
 //!
 //! `fork` is called only by the fork server, a process with one thread (checked before it
 //! says it is one), so the child may run any code, allocation and locks included: no other
@@ -318,4 +319,15 @@ pub(crate) fn close_from(first: RawFd) {
         // the listing, already read, end).
         unsafe { libc::close(fd) };
     }
+}
+
+/// This process's peak resident memory in KiB (`getrusage(RUSAGE_SELF).ru_maxrss`).
+pub(crate) fn peak_rss_kib() -> Option<u64> {
+    // SAFETY: `rusage` is plain data; all-zero is a valid value for the kernel to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a `rusage`.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    (r == 0)
+        .then(|| u64::try_from(usage.ru_maxrss).ok())
+        .flatten()
 }
