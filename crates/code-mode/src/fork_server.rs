@@ -5,14 +5,14 @@
 //! [`crate::RunCode`] starts its worker program once more as a *fork server* (a zygote):
 //! one process, one thread, that forks one fresh child per script. The child is a new process
 //! that has run nothing (scripts share no state); it becomes an ordinary worker
-//! ([`crate::worker`]) on the two sockets the body made for it. A program that is not a fork
+//! ([`crate::worker`]) on the three pipes the body made for it. A program that is not a fork
 //! server (an older build, or another program given to `RunCode::with_worker`) is told apart
 //! by its hello and its workers are started the usual way.
 //!
 //! ```text
 //! dsh ──(SOCK_SEQPACKET: fork + 2 fds, kill pid, quit)──> fork server ── fork ──> worker
 //!     <──(forked pid, exited pid status)──────────────────
-//!     <══(the worker's stdin/stdout socket, its stderr socket)══════════════════> worker
+//!     <══(the worker's stdin, stdout and stderr pipes)═════════════════════════> worker
 //! ```
 //!
 //! Lifetimes: a worker dies with the server (`PR_SET_PDEATHSIG`), the server ends when its
@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -123,7 +122,7 @@ fn serve(control: OwnedFd) -> i32 {
             break;
         };
         match buf.get(..n) {
-            Some([FORK, ..]) if fds.len() == 2 => match fork_sys::fork() {
+            Some([FORK, ..]) if fds.len() == 3 => match fork_sys::fork() {
                 Ok(Forked::Child) => {
                     drop(control);
                     drop(signals);
@@ -165,12 +164,12 @@ fn serve(control: OwnedFd) -> i32 {
 
 /// In a fresh child: the worker, on the descriptors dsh made for it. Answers the exit code.
 fn become_worker(server: libc::pid_t, fds: &[OwnedFd]) -> i32 {
-    let [io, err] = fds else {
+    let [stdin, stdout, err] = fds else {
         return 2;
     };
     let ready = fork_sys::die_with(server)
-        .and_then(|()| fork_sys::dup_onto(io.as_fd(), 0))
-        .and_then(|()| fork_sys::dup_onto(io.as_fd(), 1))
+        .and_then(|()| fork_sys::dup_onto(stdin.as_fd(), 0))
+        .and_then(|()| fork_sys::dup_onto(stdout.as_fd(), 1))
         .and_then(|()| fork_sys::dup_onto(err.as_fd(), 2));
     if let Err(e) = ready {
         let _ = writeln!(std::io::stderr(), "the forked worker could not start: {e}");
@@ -294,11 +293,14 @@ impl ForkServer {
         !self.shared.lock().unwrap_or_else(|e| e.into_inner()).gone
     }
 
-    /// Forks a fresh worker: its pid, how it ends, and dsh's ends of its stdin/stdout socket
-    /// and of its stderr.
+    /// Forks a fresh worker: its pid, how it ends, and dsh's ends of its stdin, stdout and
+    /// stderr pipes.
     pub(crate) async fn fork(&self) -> Result<ForkedWorker, String> {
-        let (io, io_theirs) = UnixStream::pair().map_err(|e| e.to_string())?;
-        let (err, err_theirs) = UnixStream::pair().map_err(|e| e.to_string())?;
+        // Pipes, as a started worker's (a round trip through them is cheaper than through a
+        // socket).
+        let (stdin_theirs, stdin) = std::io::pipe().map_err(|e| e.to_string())?;
+        let (stdout, stdout_theirs) = std::io::pipe().map_err(|e| e.to_string())?;
+        let (err, err_theirs) = std::io::pipe().map_err(|e| e.to_string())?;
         let (tx, rx) = oneshot::channel();
         {
             let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
@@ -309,20 +311,25 @@ impl ForkServer {
             fork_sys::send(
                 self.control.as_fd(),
                 &[FORK],
-                &[io_theirs.as_fd(), err_theirs.as_fd()],
+                &[
+                    stdin_theirs.as_fd(),
+                    stdout_theirs.as_fd(),
+                    err_theirs.as_fd(),
+                ],
             )
             .map_err(|e| format!("the fork server could not be asked: {e}"))?;
             shared.forks.push_back(tx);
         }
-        drop((io_theirs, err_theirs));
+        drop((stdin_theirs, stdout_theirs, err_theirs));
         let (pid, ended) = rx
             .await
             .map_err(|_| "the fork server ended".to_string())??;
         Ok(ForkedWorker {
             pid,
             ended,
-            io,
-            err,
+            stdin: stdin.into(),
+            stdout: stdout.into(),
+            err: err.into(),
         })
     }
 
@@ -338,8 +345,10 @@ impl ForkServer {
 pub(crate) struct ForkedWorker {
     pub pid: u32,
     pub ended: watch::Receiver<Ended>,
-    pub io: UnixStream,
-    pub err: UnixStream,
+    /// dsh's ends of the worker's stdin, stdout and stderr pipes.
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub err: OwnedFd,
 }
 
 impl Drop for ForkServer {

@@ -378,31 +378,30 @@ impl Worker {
         let ForkedWorker {
             pid,
             ended,
-            io,
+            stdin,
+            stdout,
             err,
         } = forked;
         let process = Process::Forked { pid, ended, server };
-        let streams = io
-            .set_nonblocking(true)
-            .and_then(|()| err.set_nonblocking(true))
-            .and_then(|()| {
-                Ok((
-                    tokio::net::UnixStream::from_std(io)?,
-                    tokio::net::UnixStream::from_std(err)?,
-                ))
-            });
-        let (io, err) = match streams {
+        use tokio::net::unix::pipe;
+        let streams = pipe::Sender::from_owned_fd(stdin).and_then(|stdin| {
+            Ok((
+                stdin,
+                pipe::Receiver::from_owned_fd(stdout)?,
+                pipe::Receiver::from_owned_fd(err)?,
+            ))
+        });
+        let (stdin, stdout, err) = match streams {
             Ok(streams) => streams,
             Err(e) => {
                 // Dropped as a worker, it is killed and reaped.
                 drop(Self::bare(process));
-                return Err(format!("the forked worker's sockets were not set up: {e}"));
+                return Err(format!("the forked worker's pipes were not set up: {e}"));
             }
         };
-        let (out, input) = io.into_split();
         Self::connect(
             process,
-            (Box::new(input), Box::new(out), Box::new(err)),
+            (Box::new(stdin), Box::new(stdout), Box::new(err)),
             command,
             max_line,
             spare.then_some(pid),
