@@ -50,8 +50,13 @@ pub(crate) struct JobLimits {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum FromWorker {
-    /// The first line: a worker, speaking this protocol.
-    Hello { protocol: u32 },
+    /// The first line: a worker, speaking this protocol. `forks`: it is a fork server (see
+    /// `fork_server`), not a worker.
+    Hello {
+        protocol: u32,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        forks: bool,
+    },
     /// The script asked for a sub-call.
     Call(SubCallRequest),
     /// The script is over (the last line).

@@ -279,7 +279,7 @@ async fn start_worker(
             worker.hold(slot);
             Ok(worker)
         }
-        None => Worker::start(command, slot, max_line).await,
+        None => Worker::start(&workers.spare.servers, command, slot, max_line).await,
     }
 }
 

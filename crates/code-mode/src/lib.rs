@@ -33,6 +33,15 @@
 //! [`RunCode::with_worker`] another program that runs [`worker_main`]. Without either,
 //! `run_code` fails with a clear error rather than run scripts it could not stop.
 //!
+//! Starting that program for each script costs milliseconds (exec, the loader, the
+//! program's start), so `run_code` starts it once more as a *fork server* (one process with
+//! one thread) and forks each script's worker from it: a fresh process that ran nothing
+//! before, holding only its own standard streams, killed and reaped by the server, which
+//! itself ends (killing and reaping what it forked) when its `RunCode` and workers are gone
+//! or dsh is. A program given to [`RunCode::with_worker`] that is not a fork server (its
+//! hello says so) has its workers started one by one, as before. The next script's worker
+//! is forked ahead of time ([`spare_workers`]).
+//!
 //! The body's task keeps the async side: it receives the script's sub-call requests over the
 //! worker's stdout, runs them concurrently through the dispatcher (which decides what may
 //! overlap), and writes each outcome back. So no tokio worker ever runs script code, and
@@ -61,6 +70,8 @@
 mod bridge;
 mod engine;
 mod error;
+mod fork_server;
+mod fork_sys;
 mod host;
 mod limits;
 mod process;
@@ -92,4 +103,11 @@ pub fn live_engines() -> usize {
 /// script and are not counted by [`live_engines`].
 pub fn spare_workers() -> Vec<u32> {
     process::spare_pids()
+}
+
+/// Process ids of the fork servers running: each `RunCode` whose worker program can be one
+/// starts it once and forks every script's worker from it (fresh processes, one a script).
+/// A fork server runs no script and is not counted by [`live_engines`].
+pub fn fork_servers() -> Vec<u32> {
+    fork_server::server_pids()
 }

@@ -7,9 +7,12 @@
 //! process itself, so killing it (SIGKILL) ends everything it ran. A [`Worker`] that is
 //! dropped, for whatever reason, kills its process and reaps it in the background; until
 //! then the process counts as live ([`live`]) and keeps its script slot, so the number of
-//! scripts alive at once never passes the slots, even while they die.
+//! scripts alive at once never passes the slots, even while they die. When the runtime goes
+//! before the background reap ran (a program's end), the reap happens where its task is
+//! dropped, synchronously: no worker outlives the runtime that started it.
 
 use crate::bridge::{FromWorker, PROTOCOL, ToWorker};
+use crate::fork_server::{Ended, ForkServer, ForkedWorker};
 use crate::worker::WORKER_ARG;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -17,9 +20,9 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
 /// How a script worker is started: a program and its arguments. The program must run
 /// [`crate::worker_main`] (directly, or through [`crate::worker_main_if_requested`] when
@@ -61,6 +64,58 @@ impl WorkerCommand {
     pub fn program(&self) -> &Path {
         &self.program
     }
+
+    /// Its arguments.
+    pub(crate) fn args(&self) -> &[OsString] {
+        &self.args
+    }
+}
+
+/// Where a `RunCode`'s workers come from: its fork server once started (see
+/// [`crate::fork_server`]), or the program started anew for each worker when it is not one.
+#[derive(Debug, Default)]
+pub(crate) struct Servers {
+    state: tokio::sync::Mutex<ServerState>,
+}
+
+#[derive(Debug, Default)]
+enum ServerState {
+    #[default]
+    Untried,
+    Running(Arc<ForkServer>),
+    /// This command is not a fork server: its workers are started one by one.
+    NotOne(WorkerCommand),
+}
+
+impl Servers {
+    /// The fork server of `command`, started now if it is not running.
+    async fn get(&self, command: &WorkerCommand) -> Option<Arc<ForkServer>> {
+        let mut state = self.state.lock().await;
+        match &*state {
+            ServerState::Running(server) if server.command() == command && server.alive() => {
+                return Some(server.clone());
+            }
+            ServerState::NotOne(c) if c == command => return None,
+            _ => {}
+        }
+        // A server that ended is replaced (dropping it reaps it).
+        *state = ServerState::Untried;
+        let started = {
+            let command = command.clone();
+            tokio::task::spawn_blocking(move || ForkServer::start(&command)).await
+        };
+        match started {
+            Ok(Ok(server)) => {
+                let server = Arc::new(server);
+                *state = ServerState::Running(server.clone());
+                Some(server)
+            }
+            _ => {
+                *state = ServerState::NotOne(command.clone());
+                None
+            }
+        }
+    }
 }
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -91,11 +146,55 @@ const STDERR_KEPT: usize = 4 << 10;
 /// How long a started program may take to say it is a worker.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A worker's process: a child of dsh's, or of its fork server.
+enum Process {
+    Spawned(Child),
+    Forked {
+        pid: u32,
+        ended: watch::Receiver<Ended>,
+        server: Arc<ForkServer>,
+    },
+}
+
+impl Process {
+    fn start_kill(&mut self) {
+        match self {
+            Process::Spawned(child) => {
+                let _ = child.start_kill();
+            }
+            Process::Forked { pid, server, .. } => server.kill(*pid),
+        }
+    }
+
+    /// Whether it has ended and been reaped.
+    fn reaped_now(&mut self) -> bool {
+        match self {
+            Process::Spawned(child) => matches!(child.try_wait(), Ok(Some(_)) | Err(_)),
+            Process::Forked { ended, .. } => ended.borrow().is_some(),
+        }
+    }
+
+    /// Waits for its end.
+    async fn wait(&mut self) -> Option<ExitStatus> {
+        match self {
+            Process::Spawned(child) => child.wait().await.ok(),
+            Process::Forked { ended, .. } => ended
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|e| e.flatten()),
+        }
+    }
+}
+
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// A running worker process.
 pub(crate) struct Worker {
-    child: Option<Child>,
+    child: Option<Process>,
     to_child: mpsc::UnboundedSender<Vec<u8>>,
-    stdout: BufReader<ChildStdout>,
+    stdout: BufReader<Reader>,
     /// The start of a line whose end has not come yet: kept here, not in `next`'s future,
     /// so that `next` can be dropped (in a `select!`) without losing what it read.
     partial: Vec<u8>,
@@ -120,6 +219,8 @@ pub(crate) struct Worker {
 #[derive(Debug, Default)]
 pub(crate) struct Spare {
     next: Mutex<Option<SpareHandle>>,
+    /// Where its workers come from.
+    pub(crate) servers: Arc<Servers>,
 }
 
 struct SpareHandle {
@@ -174,8 +275,11 @@ impl Spare {
         };
         let (ask, asked) = tokio::sync::oneshot::channel::<tokio::sync::oneshot::Sender<Worker>>();
         let started = command.clone();
+        let servers = self.servers.clone();
         runtime.spawn(async move {
-            let worker = match Worker::start_idle(&started, max_line, true).await {
+            let worker = Worker::start_idle(&servers, &started, max_line, true).await;
+            drop(servers);
+            let worker = match worker {
                 Ok(worker) => worker,
                 Err(why) => {
                     tracing::debug!(%why, "a spare script worker did not start");
@@ -198,11 +302,12 @@ impl Spare {
 impl Worker {
     /// Starts `command` and waits for its hello. `max_line` bounds every line it may send.
     pub(crate) async fn start(
+        servers: &Servers,
         command: &WorkerCommand,
         slot: OwnedSemaphorePermit,
         max_line: usize,
     ) -> Result<Worker, String> {
-        let mut worker = Self::start_idle(command, max_line, false).await?;
+        let mut worker = Self::start_idle(servers, command, max_line, false).await?;
         worker.hold(slot);
         Ok(worker)
     }
@@ -218,10 +323,19 @@ impl Worker {
     /// ahead of the next script is listed by [`spare_pids`] until a script takes it or it is
     /// reaped; see [`Spare`]).
     pub(crate) async fn start_idle(
+        servers: &Servers,
         command: &WorkerCommand,
         max_line: usize,
         spare: bool,
     ) -> Result<Worker, String> {
+        if let Some(server) = servers.get(command).await {
+            match server.fork().await {
+                Ok(forked) => return Self::forked(server, forked, command, max_line, spare).await,
+                Err(why) => {
+                    tracing::debug!(%why, "the fork server did not fork; starting a worker")
+                }
+            }
+        }
         let mut cmd = Command::new(&command.program);
         cmd.args(&command.args)
             .stdin(Stdio::piped())
@@ -236,18 +350,93 @@ impl Worker {
                 command.program.display()
             )
         })?;
-        let held = None;
         let spare = if spare { child.id() } else { None };
-        if let Some(pid) = spare {
-            SPARES.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
-        }
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             let _ = child.start_kill();
-            forget_spare(spare);
             return Err("the script worker's pipes were not set up".into());
         };
+        Self::connect(
+            Process::Spawned(child),
+            (Box::new(stdin), Box::new(stdout), Box::new(stderr)),
+            command,
+            max_line,
+            spare,
+        )
+        .await
+    }
+
+    /// A worker just forked by `server`.
+    async fn forked(
+        server: Arc<ForkServer>,
+        forked: ForkedWorker,
+        command: &WorkerCommand,
+        max_line: usize,
+        spare: bool,
+    ) -> Result<Worker, String> {
+        let ForkedWorker {
+            pid,
+            ended,
+            stdin,
+            stdout,
+            err,
+        } = forked;
+        let process = Process::Forked { pid, ended, server };
+        use tokio::net::unix::pipe;
+        let streams = pipe::Sender::from_owned_fd(stdin).and_then(|stdin| {
+            Ok((
+                stdin,
+                pipe::Receiver::from_owned_fd(stdout)?,
+                pipe::Receiver::from_owned_fd(err)?,
+            ))
+        });
+        let (stdin, stdout, err) = match streams {
+            Ok(streams) => streams,
+            Err(e) => {
+                // Dropped as a worker, it is killed and reaped.
+                drop(Self::bare(process));
+                return Err(format!("the forked worker's pipes were not set up: {e}"));
+            }
+        };
+        Self::connect(
+            process,
+            (Box::new(stdin), Box::new(stdout), Box::new(err)),
+            command,
+            max_line,
+            spare.then_some(pid),
+        )
+        .await
+    }
+
+    /// A worker that is only its process (to be dropped: killed and reaped).
+    fn bare(process: Process) -> Worker {
+        let (to_child, _) = mpsc::unbounded_channel();
+        Worker {
+            child: Some(process),
+            to_child,
+            stdout: BufReader::new(Box::new(tokio::io::empty())),
+            partial: Vec::new(),
+            max_line: 0,
+            stderr: Arc::default(),
+            stderr_read: None,
+            held: None,
+            spare: None,
+        }
+    }
+
+    /// Wires a started process's streams and waits for its hello.
+    async fn connect(
+        process: Process,
+        (stdin, stdout, stderr): (Writer, Reader, Reader),
+        command: &WorkerCommand,
+        max_line: usize,
+        spare: Option<u32>,
+    ) -> Result<Worker, String> {
+        let held = None;
+        if let Some(pid) = spare {
+            SPARES.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+        }
         let (to_child, mut lines) = mpsc::unbounded_channel::<Vec<u8>>();
         tokio::spawn(async move {
             let mut stdin = stdin;
@@ -260,7 +449,7 @@ impl Worker {
         let kept = Arc::new(Mutex::new(String::new()));
         let stderr_read = tokio::spawn(drain_stderr(stderr, kept.clone()));
         let mut worker = Worker {
-            child: Some(child),
+            child: Some(process),
             to_child,
             stdout: BufReader::new(stdout),
             partial: Vec::new(),
@@ -272,8 +461,11 @@ impl Worker {
         };
         let hello = tokio::time::timeout(HELLO_TIMEOUT, worker.next()).await;
         match hello {
-            Ok(Ok(Some(FromWorker::Hello { protocol }))) if protocol == PROTOCOL => Ok(worker),
-            Ok(Ok(Some(FromWorker::Hello { protocol }))) => Err(format!(
+            Ok(Ok(Some(FromWorker::Hello {
+                protocol,
+                forks: false,
+            }))) if protocol == PROTOCOL => Ok(worker),
+            Ok(Ok(Some(FromWorker::Hello { protocol, .. }))) => Err(format!(
                 "the script worker `{}` speaks protocol {protocol}, not {PROTOCOL}: it is another \
                  build",
                 command.program.display()
@@ -351,7 +543,7 @@ impl Worker {
     /// Kills the process now (it is reaped when the worker is dropped).
     pub(crate) fn kill(&mut self) {
         if let Some(child) = self.child.as_mut() {
-            let _ = child.start_kill();
+            child.start_kill();
         }
     }
 
@@ -361,7 +553,6 @@ impl Worker {
         tokio::time::timeout(Duration::from_secs(1), child.wait())
             .await
             .ok()?
-            .ok()
     }
 
     /// What the worker wrote to stderr, as the end of a message: all of it (up to what is
@@ -382,32 +573,79 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
+        let Some(child) = self.child.take() else {
             return;
         };
         // Done or not, it ends now: a worker that answered is exiting anyway.
-        let _ = child.start_kill();
-        let held = self.held.take();
-        let spare = self.spare.take();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let _ = child.wait().await;
-                    drop(held);
-                    forget_spare(spare);
-                });
-            }
-            // No runtime to wait in: the kill is sent, and tokio reaps orphans.
-            Err(_) => {
-                drop(held);
-                forget_spare(spare);
-            }
+        let mut dying = Dying {
+            child,
+            held: self.held.take(),
+            spare: self.spare.take(),
+            reaped: false,
+        };
+        dying.child.start_kill();
+        if dying.reaped_now() {
+            return;
+        }
+        // Reaped in the background while the runtime runs. Should the runtime go first (its
+        // tasks are dropped at shutdown, and a task spawned then is dropped at once), the
+        // `Dying` is dropped with the task and waits for the process there: no worker
+        // outlives the runtime that started it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = dying.child.wait().await;
+                dying.reaped_now();
+            });
         }
     }
 }
 
+/// A worker process sent SIGKILL and not yet reaped. It keeps the worker's script slot and
+/// its place in [`live`] (or [`spare_pids`]) until the process is gone; dropped before that,
+/// it waits for the process there (the last resort, when no runtime is left to wait in).
+struct Dying {
+    child: Process,
+    held: Option<(LiveGuard, OwnedSemaphorePermit)>,
+    spare: Option<u32>,
+    reaped: bool,
+}
+
+/// How long a dropped [`Dying`] waits for a killed process before giving up on it (a
+/// process in an uninterruptible wait can take this long; none has been seen to).
+const REAP_LIMIT: Duration = Duration::from_secs(5);
+
+impl Dying {
+    /// Whether the process is already gone (and reaped now).
+    fn reaped_now(&mut self) -> bool {
+        self.reaped = self.child.reaped_now();
+        self.reaped
+    }
+}
+
+impl Drop for Dying {
+    fn drop(&mut self) {
+        if !self.reaped {
+            // SIGKILL was sent: it ends within moments. Waiting here blocks this thread for
+            // those moments, which only happens when the runtime is shutting down.
+            self.child.start_kill();
+            let start = std::time::Instant::now();
+            let mut nap = Duration::from_micros(50);
+            while !self.reaped_now() {
+                if start.elapsed() > REAP_LIMIT {
+                    tracing::warn!("a killed script worker did not end; it is left to the system");
+                    break;
+                }
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(5));
+            }
+        }
+        drop(self.held.take());
+        forget_spare(self.spare.take());
+    }
+}
+
 /// Reads a worker's stderr to its end (so the worker never blocks on it), keeping its start.
-async fn drain_stderr(mut stderr: tokio::process::ChildStderr, kept: Arc<Mutex<String>>) {
+async fn drain_stderr(mut stderr: Reader, kept: Arc<Mutex<String>>) {
     let mut buf = vec![0u8; 4096];
     loop {
         match stderr.read(&mut buf).await {

@@ -82,9 +82,69 @@ fn read_message(input: &mut impl BufRead) -> Option<ToWorker> {
 /// Runs one script from this process's stdin, answering on its stdout, and answers the exit
 /// code. [`worker_main_if_requested`] calls it; a program made only to be a worker (as this
 /// crate's `dsh-code-worker`) calls it from `main`.
+///
+/// Started with `DSH_CODE_MODE_FORK_SERVER` set (as `run_code` does), it is a fork server
+/// instead: it forks one fresh worker per script (see the crate's documentation).
 pub fn worker_main() -> i32 {
+    if let Some(code) = crate::fork_server::serve_if_asked() {
+        return code;
+    }
+    run_worker()
+}
+
+/// The stack of the engine's thread for a stack limit: the script's, twice (QuickJS's own
+/// frames), and Rust's.
+fn engine_stack(stack_bytes: usize) -> usize {
+    stack_bytes
+        .saturating_mul(2)
+        .saturating_add(THREAD_STACK_MARGIN)
+}
+
+/// What the engine's thread is given once the job came.
+struct Start {
+    job: EngineJob,
+}
+
+/// Starts the engine's thread: it runs the job it is given, reporting and saying it is
+/// done; started with `warm`, it makes the runtime first, while the job is awaited.
+fn engine_thread(
+    stack: usize,
+    warm: bool,
+    reporter: Outbox,
+    done: std::sync::mpsc::Sender<()>,
+) -> std::io::Result<std::sync::mpsc::Sender<Start>> {
+    let (give, given) = std::sync::mpsc::channel::<Start>();
+    std::thread::Builder::new()
+        .name("dsh-run-code".into())
+        .stack_size(stack)
+        .spawn(move || {
+            let warm = if warm { engine::Warm::new().ok() } else { None };
+            // No job (another thread got it, or the worker is ending): nothing to run.
+            let Ok(Start { job }) = given.recv() else {
+                return;
+            };
+            let report = std::panic::catch_unwind(AssertUnwindSafe(|| engine::run(job, warm)))
+                .unwrap_or_else(|_| {
+                    EngineReport::bare(ScriptEnd::Internal("the engine panicked".into()))
+                });
+            reporter(&FromWorker::Done(report));
+            let _ = done.send(());
+        })?;
+    Ok(give)
+}
+
+/// The worker itself: one script from stdin, answered on stdout.
+pub(crate) fn run_worker() -> i32 {
     let send: Outbox = Arc::new(write_message);
-    if !send(&FromWorker::Hello { protocol: PROTOCOL }) {
+    // The engine's thread starts first and makes its runtime while the job is awaited, on a
+    // stack for the default limits (a job that needs more gets a thread of its own).
+    let (done, finished) = std::sync::mpsc::channel();
+    let warm_stack = engine_stack(crate::CodeLimits::default().stack_bytes);
+    let warm = engine_thread(warm_stack, true, send.clone(), done.clone()).ok();
+    if !send(&FromWorker::Hello {
+        protocol: PROTOCOL,
+        forks: false,
+    }) {
         return EXIT_PARENT_GONE;
     }
     // Stdin's buffer is shared, so each read locks it afresh: the reader thread goes on
@@ -99,8 +159,40 @@ pub fn worker_main() -> i32 {
         .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 24 * 3600));
     let stop = Arc::new(StopFlag::default());
     let (to_engine, from_host) = std::sync::mpsc::channel();
-
     let flag = stop.clone();
+
+    let stack = engine_stack(job.limits.stack_bytes);
+    let start = Start {
+        job: EngineJob {
+            code: job.code,
+            tools: job.tools,
+            limits: job.limits,
+            deadline,
+            stop,
+            send: send.clone(),
+            from_host,
+        },
+    };
+    let engine = match warm {
+        Some(warm) if stack <= warm_stack => warm
+            .send(start)
+            .map_err(|_| std::io::Error::other("the engine's thread ended before its job came")),
+        other => {
+            // Ends the warm thread unused.
+            drop(other);
+            engine_thread(stack, false, send.clone(), done).and_then(|give| {
+                give.send(start)
+                    .map_err(|_| std::io::Error::other("the engine's thread ended at once"))
+            })
+        }
+    };
+    if let Err(e) = engine {
+        send(&FromWorker::Done(EngineReport::bare(ScriptEnd::Internal(
+            format!("could not start the engine's thread: {e}"),
+        ))));
+        return EXIT_DONE;
+    }
+    // The script starts first; the reader thread is started while it runs.
     let reader = std::thread::Builder::new()
         .name("dsh-code-reader".into())
         .spawn(move || {
@@ -120,45 +212,14 @@ pub fn worker_main() -> i32 {
             }
         });
     if let Err(e) = reader {
+        // The script runs already; this report is the one the body reads first, and the
+        // process ends with it.
         send(&FromWorker::Done(EngineReport::bare(ScriptEnd::Internal(
             format!("could not start the worker's reader thread: {e}"),
         ))));
-        return EXIT_DONE;
+        std::process::exit(EXIT_DONE);
     }
 
-    let stack = job
-        .limits
-        .stack_bytes
-        .saturating_mul(2)
-        .saturating_add(THREAD_STACK_MARGIN);
-    let (done, finished) = std::sync::mpsc::channel();
-    let reporter = send.clone();
-    let engine = std::thread::Builder::new()
-        .name("dsh-run-code".into())
-        .stack_size(stack)
-        .spawn(move || {
-            let job = EngineJob {
-                code: job.code,
-                tools: job.tools,
-                limits: job.limits,
-                deadline,
-                stop,
-                send: reporter.clone(),
-                from_host,
-            };
-            let report = std::panic::catch_unwind(AssertUnwindSafe(|| engine::run(job)))
-                .unwrap_or_else(|_| {
-                    EngineReport::bare(ScriptEnd::Internal("the engine panicked".into()))
-                });
-            reporter(&FromWorker::Done(report));
-            let _ = done.send(());
-        });
-    if let Err(e) = engine {
-        send(&FromWorker::Done(EngineReport::bare(ScriptEnd::Internal(
-            format!("could not start the engine's thread: {e}"),
-        ))));
-        return EXIT_DONE;
-    }
     let left = deadline.saturating_duration_since(Instant::now()) + SELF_GRACE;
     match finished.recv_timeout(left) {
         Ok(()) => EXIT_DONE,

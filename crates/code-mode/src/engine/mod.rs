@@ -197,8 +197,25 @@ fn cut_arguments(id: u32, name: String, mut arguments: String) -> SubCallRequest
     }
 }
 
-/// Runs the script to its end, on the calling thread (one sized for the stack limit).
-pub(crate) fn run(job: EngineJob) -> EngineReport {
+/// A fresh runtime and context, made on the thread that will run the script while the
+/// worker waits for its job (so the script does not wait for them). Nothing has run in it.
+pub(crate) struct Warm {
+    rt: Runtime,
+    context: Context,
+}
+
+impl Warm {
+    /// A runtime with QuickJS's core intrinsics, and its context.
+    pub(crate) fn new() -> Result<Warm, String> {
+        let rt = Runtime::new().map_err(|e| format!("could not start the engine: {e}"))?;
+        let context = Context::full(&rt).map_err(|e| format!("could not start the engine: {e}"))?;
+        Ok(Warm { rt, context })
+    }
+}
+
+/// Runs the script to its end, on the calling thread (one sized for the stack limit), in
+/// `warm` when it was made on this thread beforehand.
+pub(crate) fn run(job: EngineJob, warm: Option<Warm>) -> EngineReport {
     let state = Rc::new(RunState {
         deadline: job.deadline,
         asked: job.stop.clone(),
@@ -214,21 +231,24 @@ pub(crate) fn run(job: EngineJob) -> EngineReport {
         send: job.send.clone(),
         memory: thrown::MemoryWitness::new(job.limits.memory_bytes),
     });
-    let end = match Runtime::new() {
-        Ok(rt) => {
+    let warm = match warm {
+        Some(warm) => Ok(warm),
+        None => Warm::new(),
+    };
+    let end = match warm {
+        Ok(Warm { rt, context }) => {
             rt.set_memory_limit(job.limits.memory_bytes);
+            // Measured from here: this thread's stack as it is now.
             rt.set_max_stack_size(job.limits.stack_bytes);
             let watch = state.clone();
             rt.set_interrupt_handler(Some(Box::new(move || watch.check().is_some())));
-            let end = match Context::full(&rt) {
-                Ok(context) => context.with(|ctx| drive(&ctx, &state, &job)),
-                Err(e) => ScriptEnd::Internal(format!("could not start the engine: {e}")),
-            };
+            let end = context.with(|ctx| drive(&ctx, &state, &job));
             // The closures the script held keep clones of `state`; they go with the runtime.
+            drop(context);
             drop(rt);
             end
         }
-        Err(e) => ScriptEnd::Internal(format!("could not start the engine: {e}")),
+        Err(why) => ScriptEnd::Internal(why),
     };
     let console = state.console.borrow();
     EngineReport {

@@ -156,11 +156,10 @@ impl MemoryWitness {
     }
 }
 
-/// The process's peak resident memory in KiB.
+/// The process's peak resident memory in KiB (`getrusage`'s `ru_maxrss`, which is
+/// `/proc/self/status`'s `VmHWM` without formatting and parsing that file on every script).
 fn peak_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    crate::fork_sys::peak_rss_kib()
 }
 
 fn text_field(obj: &Object<'_>, key: &str) -> Option<String> {

@@ -201,10 +201,12 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
         .await
 }
 
-/// The pids of this process's children that are script workers (Linux: from /proc), so a
+/// The pids of the script workers this process started (Linux: from /proc): its children
+/// and the children of its fork servers (the fork servers themselves run no script), so a
 /// test can see that a stopped script's process is really gone.
 pub fn child_workers() -> Vec<u32> {
     let me = std::process::id();
+    let servers = dsh_code_mode::fork_servers();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -222,7 +224,8 @@ pub fn child_workers() -> Vec<u32> {
                 .split_whitespace()
                 .nth(1)
                 .and_then(|p| p.parse::<u32>().ok());
-            ppid == Some(me) && comm.contains("dsh-code-worker")
+            let parent_ours = ppid == Some(me) || ppid.is_some_and(|p| servers.contains(&p));
+            parent_ours && !servers.contains(pid) && comm.contains("dsh-code-worker")
         })
         .collect::<Vec<u32>>()
         .into_iter()
