@@ -2,8 +2,9 @@
 //! outlives the call.
 //!
 //! `child.rs` holds the fork and the code between fork and exec (the process chain is
-//! described there); `spawner.rs` the thread every fork happens on; this module the parent's
-//! side: the pipes, the kill protocol and the reaping.
+//! described there); `spawner.rs` the thread every fork happens on; `background.rs` the work
+//! done ahead of a call (standbys) and after it (reaping, cgroup removal); this module the
+//! parent's side: the pipes and the kill protocol.
 //!
 //! # Invariants
 //!
