@@ -30,9 +30,11 @@
 //! - `process/`: every fork happens on one spawner thread that lives as long as dsh (a
 //!   parent-death signal fires when the forking thread exits). dsh forks a keeper (parent-death
 //!   signal, `setsid`, the namespaces, the mounts), which forks an init (PID 1 of the call, or
-//!   a child subreaper where the kernel gives no PID namespace), which forks `bash -c COMMAND`.
-//!   Where a call has cgroups, its keeper is forked by a standby made while the previous
-//!   call ran and already in the call's cgroups (a cgroup join waits for an RCU grace period).
+//!   a child subreaper where the kernel gives no PID namespace), which starts `bash -c
+//!   COMMAND` as `vfork` does. Where a call has cgroups, its keeper is forked by a standby made
+//!   ahead on a background thread and already in the call's cgroups (a cgroup join waits for
+//!   an RCU grace period); the keeper's reaping and the cgroups' removal happen there too,
+//!   after the result (`process/background.rs`).
 //!   init reports the command's status on a report pipe and obeys a control pipe: `T` is
 //!   SIGTERM to every process of the call, `K` SIGKILL, and the end of the pipe (dsh's death)
 //!   kills everything.

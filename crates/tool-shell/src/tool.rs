@@ -7,6 +7,7 @@ use crate::error::ShellError;
 use crate::git_dirs;
 use crate::limits::CallLimits;
 use crate::parse;
+use crate::process::background::{self, Pending, StandbyPool};
 use crate::process::plan::{ChildPlan, Stage};
 use crate::process::{self, Ending, Launch, LaunchError};
 use crate::sandbox::{self, PrivateDir};
@@ -60,13 +61,26 @@ pub struct ShellTool {
     shell: PathBuf,
     /// The workspace walk's memory between calls (`git_dirs::WalkCache`).
     walks: git_dirs::WalkCache,
-    /// The next call's cgroups and a standby already in them (`process::Standby`), made while
-    /// the previous call ran; dropped (the standby reaped, then the cgroups removed) with the
-    /// tool.
-    standby: Mutex<Option<(process::Standby, CallLimits)>>,
+    /// The next calls' cgroups, each with a standby already in them (`process::Standby`),
+    /// made in the background; dropped (each standby reaped, then its cgroups removed) with
+    /// the tool.
+    standbys: Arc<StandbyPool>,
+    /// What this tool's calls handed to the background thread (reaping, cgroup removal, the
+    /// pool's refills): the tool waits for it when it goes.
+    pending: Arc<Pending>,
     /// The sandboxed calls' private folder (`sandbox::PrivateDir`), made once: see
     /// [`ShellTool::private_dir`].
     skeleton: Mutex<Option<Arc<PrivateDir>>>,
+}
+
+/// A tool goes with everything it made: its standbys (reaped, their cgroups removed) and what
+/// its calls handed to the background thread.
+impl Drop for ShellTool {
+    fn drop(&mut self) {
+        self.standbys.close();
+        self.pending.wait();
+        self.standbys.close();
+    }
 }
 
 /// Finds `bash` (or `sh` where there is none) on `PATH`.
@@ -333,13 +347,18 @@ impl ShellTool {
             None => workspace.join(".dsh").join("spill"),
         });
         let spill = Arc::new(SpillDir::new(spill_dir, config.limits.keep_spilled_calls));
+        let standbys = Arc::new(StandbyPool::new(
+            config.limits.clone(),
+            config.sandbox.mode != SandboxMode::Full,
+        ));
         Ok(ShellTool {
             config,
             workspace,
             spill,
             shell: find_shell(),
             walks: git_dirs::WalkCache::default(),
-            standby: Mutex::new(None),
+            standbys,
+            pending: Arc::new(Pending::default()),
             skeleton: Mutex::new(None),
         })
     }
@@ -447,36 +466,6 @@ impl ShellTool {
             *slot = Some(made.clone());
         }
         Ok(made)
-    }
-
-    /// Makes the next call's cgroups and a standby that joins them (a cgroup join waits for
-    /// an RCU grace period: 10 to 20 ms on a loaded machine), unless one is ready already.
-    /// Anything that fails here is left to the next call, which then makes its own.
-    async fn make_standby(&self, sandboxed: bool) {
-        if self
-            .standby
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-        {
-            return;
-        }
-        let Ok(bounds) = CallLimits::prepare(&self.config.limits, sandboxed) else {
-            return;
-        };
-        match process::standby(bounds.procs_fds()).await {
-            Ok(standby) => {
-                let mut slot = self.standby.lock().unwrap_or_else(|e| e.into_inner());
-                if slot.is_none() {
-                    *slot = Some((standby, bounds));
-                    return;
-                }
-                // Another call filled the slot meanwhile: this one goes (reaped, removed).
-                drop(slot);
-                drop((standby, bounds));
-            }
-            Err(e) => tracing::debug!(error = %e, "no standby for the next shell call"),
-        }
     }
 
     /// The `.git` entries that appeared during a `workspace-write` call (relative paths).
@@ -714,12 +703,7 @@ impl ToolDefinition for ShellTool {
         let call_net =
             crate::net::CallNet::new(&self.config.sandbox).map_err(|why| self.denied(why))?;
         let sandboxed = prepared.sandboxed;
-        let ready = self
-            .standby
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let (standby, mut bounds) = match ready {
+        let (standby, mut bounds) = match self.standbys.take() {
             Some((standby, bounds)) => (Some(standby), bounds),
             None => (
                 None,
@@ -736,8 +720,8 @@ impl ToolDefinition for ShellTool {
         let launched = process::launch(launch, limits.kill_grace, standby).await;
         bounds.forked();
         if uses_cgroups {
-            // The next call's cgroups are joined now, while this command runs.
-            self.make_standby(sandboxed).await;
+            // The next calls' cgroups are made and joined in the background.
+            self.standbys.refill(&self.pending);
         }
         let mut running = launched.map_err(|e| self.launch_failure(e))?;
         let call_proxy = match call_net {
@@ -894,6 +878,14 @@ impl ToolDefinition for ShellTool {
         }
         let mut meta = self.meta(&ending, fallback, started.elapsed(), refused);
         meta.insert("limits".into(), bounds.meta());
+        // The tree is gone: the keeper's reaping (its exit may still be tearing down the
+        // namespaces), the cgroups' removal and, unsandboxed, the private folder's go off the
+        // call's path.
+        background::after_call(
+            running.keeper_to_reap(),
+            Box::new((bounds, private)),
+            Some(self.pending.clone()),
+        );
         if let Ok(new) = &new_git
             && !new.is_empty()
         {

@@ -9,6 +9,9 @@ mod common;
 use common::*;
 use dsh_tool_shell::SandboxConfig;
 
+/// The tests look for what this process left behind: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The call's own cgroups (`dsh-shell-…`) for `memory` and `pids`, from `/proc/self/cgroup`
 /// as the command read it.
 fn call_cgroups(v: &serde_json::Value) -> Vec<String> {
@@ -53,6 +56,7 @@ fn cgroups_left() -> Vec<String> {
 
 #[tokio::test]
 async fn each_call_has_cgroups_of_its_own_and_the_standby_goes_with_the_tool() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let env = Env::new(SandboxConfig::workspace_write());
     let mut seen: Vec<Vec<String>> = Vec::new();
     for _ in 0..4 {
@@ -82,4 +86,47 @@ async fn each_call_has_cgroups_of_its_own_and_the_standby_goes_with_the_tool() {
     drop(env);
     let left = cgroups_left();
     assert!(left.is_empty(), "cgroups outlived the tool: {left:?}");
+    let helpers = helpers_left();
+    assert!(
+        helpers.is_empty(),
+        "the tool's helper processes (keepers, standbys) outlived it: {helpers:?}"
+    );
+}
+
+/// This process's children that are the shell tool's helpers (a keeper or a standby, named
+/// after the spawner thread that made them), running or not yet reaped.
+fn helpers_left() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("", |(_, n)| n);
+        let ppid = rest.split_whitespace().nth(1).unwrap_or("");
+        if ppid == me && name.starts_with("dsh-shell") {
+            left.push(stat);
+        }
+    }
+    left
+}
+
+/// Calls made back to back, then the tool dropped at once: the work left for after each call
+/// (reaping its keeper, removing its cgroups) and the standbys made ahead all go with the tool.
+#[tokio::test]
+async fn back_to_back_calls_leave_nothing_once_the_tool_goes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let env = Env::new(SandboxConfig::workspace_write());
+    for _ in 0..5 {
+        let v = env.ok("true").await;
+        assert_eq!(code(&v), 0, "{v}");
+    }
+    drop(env);
+    let left = cgroups_left();
+    assert!(left.is_empty(), "cgroups outlived the tool: {left:?}");
+    let helpers = helpers_left();
+    assert!(helpers.is_empty(), "helpers outlived the tool: {helpers:?}");
 }

@@ -4,7 +4,7 @@
 //! # The process chain
 //!
 //! ```text
-//! dsh (the spawner thread) ── fork ──> keeper ── fork ──> init ── fork ──> bash -c COMMAND
+//! dsh (the spawner thread) ── fork ──> keeper ── fork ──> init ── vfork ──> bash -c COMMAND
 //! ```
 //!
 //! Where the call has cgroups, the keeper is forked by the call's *standby* (below) instead:
@@ -19,7 +19,9 @@
 //!   the control pipe: `T` sends SIGTERM to every process of the call, `K` SIGKILL, and the end
 //!   of the pipe (dsh gone, or done) kills them all and exits. When PID 1 exits, the kernel
 //!   kills whatever is left in its namespace, double-forked `setsid` daemons included.
-//! - **the command**: its own session and process group, signals reset, stdin `/dev/null`,
+//! - **the command**: started as `vfork` does (it shares init's memory, on a stack of its own,
+//!   until its `execve`, while init waits: no copy of dsh's page tables), its own session
+//!   and process group, signals reset, stdin `/dev/null`,
 //!   stdout and stderr to dsh's pipes, capabilities dropped, `no_new_privs`, Landlock, then
 //!   the seccomp filters, then `execve`.
 //!
@@ -719,9 +721,8 @@ fn init(plan: &ChildPlan, exec: &ExecPtrs, pid_namespace: bool, keeper_pid: pid_
     if sigfd < 0 {
         fail(plan, Stage::SignalFd, 0, errno());
     }
-    let command = match fork() {
+    let command = match spawn_command(plan, exec) {
         Err(e) => fail(plan, Stage::ForkCommand, 0, e),
-        Ok(0) => command(plan, exec),
         Ok(pid) => pid,
     };
     close(plan.stdout_w);
@@ -731,6 +732,67 @@ fn init(plan: &ChildPlan, exec: &ExecPtrs, pid_namespace: bool, keeper_pid: pid_
         close(fd);
     }
     supervise(plan, sigfd, command, pid_namespace)
+}
+
+/// The command's own stack while it shares init's memory (until its `execve`).
+const COMMAND_STACK: usize = 256 << 10;
+
+/// What the command's first function reads: init's plan, on init's stack (init is suspended
+/// until the command execs or exits).
+struct CommandArgs<'a> {
+    plan: &'a ChildPlan,
+    exec: &'a ExecPtrs,
+}
+
+extern "C" fn command_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `CommandArgs` `spawn_command` passed, on the stack of init, which
+    // `CLONE_VFORK` keeps suspended (and the value alive) until this process execs or exits.
+    let args = unsafe { &*arg.cast::<CommandArgs<'_>>() };
+    command(args.plan, args.exec)
+}
+
+/// Starts the command as `vfork` does: it shares init's memory (no copy of the page tables, no
+/// copy-on-write faults) on a stack of its own until its `execve`, while init waits. Everything
+/// else is its own (descriptors, working directory, signal handlers, limits, credentials), so
+/// what `command` changes before the exec touches init in nothing but memory init does not
+/// read again: the stack, which goes once the exec is done.
+fn spawn_command(plan: &ChildPlan, exec: &ExecPtrs) -> Result<pid_t, i32> {
+    // SAFETY: an anonymous private mapping, checked below; unmapped once the command has
+    // exec'd or exited (the return of the `CLONE_VFORK` clone).
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            COMMAND_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    // The lowest page stays inaccessible: an overflow faults rather than writing past it.
+    // SAFETY: the first page of the mapping made above.
+    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
+    let top = (stack as usize + COMMAND_STACK) & !15;
+    let args = CommandArgs { plan, exec };
+    // SAFETY: `command_main` runs on the fresh stack `top` (16-byte aligned, the mapping below
+    // it) with `args`, alive on this stack frame while `CLONE_VFORK` suspends this process;
+    // it touches only `args`, what they point to (built before the first fork) and its own
+    // stack, and ends in `execve` or `_exit`.
+    let pid = unsafe {
+        libc::clone(
+            command_main,
+            top as *mut c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&args as *const CommandArgs<'_>).cast_mut().cast(),
+        )
+    };
+    let result = if pid < 0 { Err(errno()) } else { Ok(pid) };
+    // SAFETY: the mapping made above; the command no longer runs on it.
+    unsafe { libc::munmap(stack, COMMAND_STACK) };
+    result
 }
 
 fn terminate(sig: c_int, pid_namespace: bool) {

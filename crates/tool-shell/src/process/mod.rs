@@ -2,8 +2,9 @@
 //! outlives the call.
 //!
 //! `child.rs` holds the fork and the code between fork and exec (the process chain is
-//! described there); `spawner.rs` the thread every fork happens on; this module the parent's
-//! side: the pipes, the kill protocol and the reaping.
+//! described there); `spawner.rs` the thread every fork happens on; `background.rs` the work
+//! done ahead of a call (standbys) and after it (reaping, cgroup removal); this module the
+//! parent's side: the pipes and the kill protocol.
 //!
 //! # Invariants
 //!
@@ -16,6 +17,7 @@
 //! - dsh's death ends the tree: the keeper has a parent-death signal, and init reads the end of
 //!   the control pipe (which only dsh holds) as the order to kill everything.
 
+pub(crate) mod background;
 pub(crate) mod child;
 pub(crate) mod child_net;
 pub(crate) mod plan;
@@ -69,6 +71,8 @@ pub(crate) struct Running {
     /// No PID namespace (`Some(errno)` of the refused attempt, 0 when none was asked for).
     pub fallback: Option<i32>,
     done: bool,
+    /// The keeper was handed over for reaping ([`Running::keeper_to_reap`]).
+    handed_over: bool,
 }
 
 /// How a command ended.
@@ -88,7 +92,7 @@ fn receiver(fd: OwnedFd) -> std::io::Result<pipe::Receiver> {
     pipe::Receiver::from_owned_fd(fd)
 }
 
-pub(crate) use spawner::{Standby, standby};
+pub(crate) use spawner::Standby;
 
 /// Starts the command: pipes, fork on the spawner thread (through `standby`, already in the
 /// call's cgroups, where there is one), and the parent's ends.
@@ -131,6 +135,7 @@ pub(crate) async fn launch(
         grace,
         fallback: None,
         done: false,
+        handed_over: false,
     })
 }
 
@@ -142,7 +147,10 @@ impl Running {
     }
 
     /// Follows the command to its end: the command's exit, the deadline, or the signal; kills
-    /// what is left; returns once the whole tree is gone.
+    /// what is left; returns once the whole tree is gone (the keeper closed the report pipe on
+    /// its way out, after init, and init after every other process). The keeper itself is
+    /// reaped later, off the call's path ([`Running::keeper_to_reap`]): its exit may still be
+    /// tearing down the call's namespaces.
     pub(crate) async fn finish(
         &mut self,
         deadline: Instant,
@@ -199,7 +207,6 @@ impl Running {
         }
         self.control = None;
         self.done = true;
-        reap(self.keeper).await;
         // A setup failure means the command never reached exec, whatever status the process
         // that failed then exited with.
         match setup {
@@ -209,20 +216,31 @@ impl Running {
     }
 }
 
-/// Waits for the keeper's exit status off the async workers (it is exiting already).
-async fn reap(keeper: i32) {
-    let _ = tokio::task::spawn_blocking(move || reap_now(keeper)).await;
-}
-
 pub(super) fn reap_now(keeper: i32) {
     if let Some(pid) = Pid::from_raw(keeper) {
         let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
     }
 }
 
+impl Running {
+    /// The keeper, for the caller to reap (with `background::after_call`) once the call's
+    /// result is known; `None` before [`Running::finish`] returned.
+    pub(crate) fn keeper_to_reap(&mut self) -> Option<i32> {
+        if !self.done || self.handed_over {
+            return None;
+        }
+        self.handed_over = true;
+        Some(self.keeper)
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         if self.done {
+            if !self.handed_over {
+                // Finished, but dropped before its keeper was handed over (a setup failure).
+                background::after_call(Some(self.keeper), Box::new(()), None);
+            }
             return;
         }
         // Dropped mid-run (the call was cancelled and its body dropped): SIGTERM now, SIGKILL

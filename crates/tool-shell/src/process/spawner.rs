@@ -104,14 +104,15 @@ fn jobs() -> std::io::Result<mpsc::Sender<Job>> {
 pub(crate) struct Standby(child::StandbyProcess);
 
 /// Makes a standby that joins the cgroups whose `cgroup.procs` are `procs` (descriptors that
-/// must stay open until the call forked through it).
-pub(crate) async fn standby(procs: Vec<RawFd>) -> std::io::Result<Standby> {
+/// must stay open until the call forked through it). Blocks: called on the background
+/// thread.
+pub(crate) fn standby_blocking(procs: Vec<RawFd>) -> std::io::Result<Standby> {
     let sender = jobs()?;
     let (reply, answer) = oneshot::channel();
     sender
         .send(Job::Standby { procs, reply })
         .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
-    match answer.await {
+    match answer.blocking_recv() {
         Ok(made) => made.map(Standby),
         Err(_) => Err(std::io::Error::other("the spawner thread is gone")),
     }
