@@ -156,4 +156,10 @@ impl ToolDefinition for RunCode {
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
         report::present(value)
     }
+
+    /// `present` formats the report it is given (no I/O, no lock), and `result_meta` and
+    /// `finalize_content` are dsh's defaults: the pipeline calls them inline.
+    fn user_code_may_block(&self) -> bool {
+        false
+    }
 }

@@ -14,6 +14,10 @@
 //! its own type (an override cannot run the default it replaces), so a tool whose code may
 //! block is never called inline by mistake.
 //!
+//! A tool whose own versions never block says so instead
+//! ([`ToolDefinition::user_code_may_block`] answering `false`, as dsh's MCP tools and
+//! `run_code` do): they are called inline from its first call.
+//!
 //! ```
 //! use async_trait::async_trait;
 //! use dsh_core::inline::{self, PRESENT, RESULT_META};
@@ -54,6 +58,7 @@
 //! ```
 //!
 //! [`ToolDefinition::concrete_type`]: crate::ToolDefinition::concrete_type
+//! [`ToolDefinition::user_code_may_block`]: crate::ToolDefinition::user_code_may_block
 
 use std::any::TypeId;
 use std::cell::RefCell;

@@ -179,6 +179,7 @@ impl RegisteredTool {
     /// anything, in time linear in the schema's size for each level of instance depth.
     pub fn compile(definition: Arc<dyn ToolDefinition>) -> Result<RegisteredTool, CoreError> {
         let name = definition.name().to_string();
+        let definition_never_blocks = !definition.user_code_may_block();
         let input_schema = definition.input_schema();
         let input = CompiledSchema::compile(&name, "input", &input_schema)?;
         let empties = definition
@@ -196,7 +197,12 @@ impl RegisteredTool {
             output,
             input_schema,
             empties,
-            defaults: std::sync::atomic::AtomicU8::new(0),
+            // A tool that says its own versions never block is called inline from the start.
+            defaults: std::sync::atomic::AtomicU8::new(if definition_never_blocks {
+                crate::inline::PRESENT | crate::inline::RESULT_META | crate::inline::FINALIZE
+            } else {
+                0
+            }),
         })
     }
 
@@ -210,8 +216,9 @@ impl RegisteredTool {
         }
     }
 
-    /// True when every method of `methods` (bits of [`crate::inline`]) is known to be dsh's
-    /// default, which never blocks: the pipeline may call them inline.
+    /// True when every method of `methods` (bits of [`crate::inline`]) is known never to
+    /// block: dsh's default, or any version of a tool whose
+    /// [`ToolDefinition::user_code_may_block`] is `false`. The pipeline may call them inline.
     pub fn defaults_known(&self, methods: u8) -> bool {
         self.defaults.load(std::sync::atomic::Ordering::Relaxed) & methods == methods
     }

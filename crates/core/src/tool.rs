@@ -430,6 +430,53 @@ pub trait ToolDefinition: Send + Sync + 'static {
         content
     }
 
+    /// Whether this tool's own [`present`](Self::present), [`result_meta`](Self::result_meta)
+    /// and [`finalize_content`](Self::finalize_content) may block: wait on I/O, a sleep, a
+    /// channel, or a lock that other code may hold for long. `true` by default, and then the
+    /// pipeline calls the tool's own versions of them on the user-code pool under the
+    /// user-code deadline: one that blocks ends its call (`PIPELINE_ERROR`) instead of
+    /// stalling an async worker.
+    ///
+    /// Answer `false` only when every one of the three, as this tool has them, computes from
+    /// what it is given and returns (bounded work, no waiting): the pipeline then calls them
+    /// inline on the call's own task, which saves a hand-off to another thread per call, and
+    /// no deadline watches them. A tool that keeps dsh's defaults needs no answer (the
+    /// pipeline learns that by itself, see [`crate::inline`]). A wrapper that forwards this
+    /// answer from an inner tool vouches for its own versions too.
+    ///
+    /// ```
+    /// use async_trait::async_trait;
+    /// use dsh_core::inline::{FINALIZE, PRESENT, RESULT_META};
+    /// use dsh_core::{ContentBlock, RegisteredTool, ToolContext, ToolDefinition, ToolFailure};
+    /// use serde_json::{Value, json};
+    /// use std::sync::Arc;
+    ///
+    /// /// Shows its value upper-cased: pure formatting, so it says it never blocks.
+    /// struct Shout;
+    /// #[async_trait]
+    /// impl ToolDefinition for Shout {
+    ///     fn name(&self) -> &str { "shout" }
+    ///     fn description(&self) -> &str { "returns its text, shown upper-cased" }
+    ///     fn input_schema(&self) -> Value { json!({"type": "object"}) }
+    ///     async fn execute(&self, input: Value, _: ToolContext) -> Result<Value, ToolFailure> {
+    ///         Ok(input["text"].clone())
+    ///     }
+    ///     fn present(&self, value: &Value) -> Vec<ContentBlock> {
+    ///         vec![ContentBlock::text(value.as_str().unwrap_or_default().to_uppercase())]
+    ///     }
+    ///     fn user_code_may_block(&self) -> bool { false }
+    /// }
+    ///
+    /// assert!(!Shout.user_code_may_block());
+    /// // The pipeline calls its `present`, `result_meta` and `finalize_content` inline from
+    /// // the first call on; a tool that does not say so keeps them on the user-code pool.
+    /// let tool = RegisteredTool::compile(Arc::new(Shout)).unwrap();
+    /// assert!(tool.defaults_known(PRESENT | RESULT_META | FINALIZE));
+    /// ```
+    fn user_code_may_block(&self) -> bool {
+        true
+    }
+
     /// The implementing type's identity, by which the pipeline learns that `present`,
     /// `result_meta` and `finalize_content` are dsh's own defaults and may be called inline
     /// (see [`crate::inline`]). Not meant to be overridden: an override that answers another

@@ -216,9 +216,18 @@ impl ToolDefinition for McpTool {
             structured_content,
         } = convert(result, &self.name)?;
         if let Some(content) = structured_content {
-            self.presentations().remember(value.clone(), content);
+            let kept = value.clone();
+            self.presentations().remember(kept, content);
         }
         Ok(value)
+    }
+
+    /// `present` only reads the value and the kept presentations (whose lock is held for a
+    /// bounded look-up, never across I/O or an await), and `result_meta` and
+    /// `finalize_content` are dsh's defaults: nothing here waits, so the pipeline calls them
+    /// inline instead of handing them to the user-code pool.
+    fn user_code_may_block(&self) -> bool {
+        false
     }
 
     fn present(&self, value: &Value) -> Vec<ContentBlock> {
