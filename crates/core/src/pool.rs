@@ -526,6 +526,7 @@ impl BlockingPool {
             // one must be woken for any beyond it. From a task, the wake-up waits for the
             // runtime's queued tasks ([`Kick`]): the jobs they submit meanwhile share it.
             match (wake, tokio::runtime::Handle::try_current()) {
+                (Wake::Now, _) => inner.wake_one(),
                 _ if state.kick_pending => {}
                 // Only where the sleeping threads are the runtime's: one of those looks at the
                 // queue every [`BORROWED_LINGER`] anyway, so if the runtime cannot run the kick
