@@ -35,6 +35,7 @@ pub mod result;
 pub mod resume;
 pub mod shutdown;
 pub mod signal;
+mod spin;
 pub mod tool;
 pub mod transcript;
 pub mod typed;

@@ -30,11 +30,12 @@
 //!   waking one per job, and a job queued behind code that blocks still gets a thread soon);
 //!   the deadline monitor is woken only for a deadline earlier than its next look; a job
 //!   submitted from a task leaves the wake-up to a task that runs after the runtime's ready
-//!   ones, so the jobs that many calls submit in one turn of the runtime share it. Spinning
-//!   before sleeping is off by default: on a machine with fewer cores than busy threads it
-//!   took a core from the work it waited for (`DSH_POOL_SPIN_US` and
-//!   `DSH_POOL_CALLER_SPIN_US`, read once, set how long a free thread, and a caller waiting for
-//!   its answer, spin first, for measuring on other machines).
+//!   ones, so the jobs that many calls submit in one turn of the runtime share it. Before
+//!   sleeping, a free thread spins for the next job and a caller polls for its answer, each
+//!   for a window that follows what spinning achieved ([`crate::spin`]): on a quiet machine a
+//!   stream of calls then hands off without wake-ups; where spinning only takes a core from
+//!   the work it waits for, its spins miss and it turns itself off (`DSH_POOL_SPIN_US` and
+//!   `DSH_POOL_CALLER_SPIN_US`, read once, fix the windows instead; `0` turns spinning off).
 //!
 //! A job's panic is caught and answered [`PoolError::Panicked`]. Each job gets an
 //! [`Activity`], through which it can say what it is running now (a guard set running its
@@ -56,6 +57,7 @@
 //! # });
 //! ```
 
+use crate::spin::{AdaptiveSpin, SpinTurn};
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -73,33 +75,16 @@ const IDLE_EXIT: Duration = Duration::from_secs(10);
 /// a thread back and borrow it again, through tokio's pool lock, for every job.
 const BORROWED_LINGER: Duration = Duration::from_millis(2);
 
-/// How long an idle thread of the pool spins, looking for the next job, before it sleeps on
-/// the pool's condition variable (default 0: no spinning; `DSH_POOL_SPIN_US` sets it, read
-/// once). At most one thread of a pool spins at a time. A job that comes meanwhile is taken
-/// without a wake-up (a futex call and a context switch); but on a machine with fewer cores
-/// than busy threads the spinning takes a core from the work it waits for.
-fn spin() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| micros_from_env("DSH_POOL_SPIN_US", 0))
-}
+/// The widest spin of an idle thread of the pool, looking for the next job before it sleeps
+/// on the pool's condition variable (adaptive, see [`crate::spin`]; `DSH_POOL_SPIN_US` fixes
+/// it). One thread of the process spins at a time.
+const SPIN_MAX_US: u32 = 100;
 
-/// How long a caller of [`BlockingPool::run`] keeps polling for its answer, yielding to the
-/// runtime's other tasks in between, before it parks its task (default 0;
-/// `DSH_POOL_CALLER_SPIN_US` sets it, read once): an answer that comes meanwhile is picked up
-/// without a cross-thread wake of the caller's worker.
-fn caller_spin() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| micros_from_env("DSH_POOL_CALLER_SPIN_US", 0))
-}
-
-fn micros_from_env(name: &str, default: u64) -> Duration {
-    let micros = std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(default)
-        .min(10_000);
-    Duration::from_micros(micros)
-}
+/// The widest spin of a caller of [`BlockingPool::run`] polling for its answer, yielding to the
+/// runtime's other tasks in between, before it parks its task (adaptive;
+/// `DSH_POOL_CALLER_SPIN_US` fixes it): an answer that comes meanwhile is picked up without a
+/// cross-thread wake of the caller's worker.
+const CALLER_SPIN_MAX_US: u32 = 50;
 
 /// How long the deadline monitor, having seen jobs, sleeps before it looks again when none of
 /// them needs it sooner: a job submitted meanwhile whose deadline is later needs no wake-up of
@@ -266,6 +251,10 @@ struct Inner {
     queued: AtomicUsize,
     /// How many times a sleeping thread was told of work (read by tests).
     wakes: AtomicUsize,
+    /// How long an idle thread spins for the next job.
+    spin: AdaptiveSpin,
+    /// How long a caller polls for its answer.
+    caller_spin: AdaptiveSpin,
     state: Mutex<State>,
     work: Condvar,
     watch: Condvar,
@@ -342,6 +331,22 @@ impl BlockingPool {
     }
 
     fn hosted(name: String, max_threads: usize, host: Host) -> BlockingPool {
+        Self::hosted_spinning(
+            name,
+            max_threads,
+            host,
+            AdaptiveSpin::new("DSH_POOL_SPIN_US", SPIN_MAX_US),
+            AdaptiveSpin::new("DSH_POOL_CALLER_SPIN_US", CALLER_SPIN_MAX_US),
+        )
+    }
+
+    fn hosted_spinning(
+        name: String,
+        max_threads: usize,
+        host: Host,
+        spin: AdaptiveSpin,
+        caller_spin: AdaptiveSpin,
+    ) -> BlockingPool {
         BlockingPool {
             handle: Arc::new(Handle(Arc::new(Inner {
                 name,
@@ -349,6 +354,8 @@ impl BlockingPool {
                 max_threads: max_threads.max(1),
                 queued: AtomicUsize::new(0),
                 wakes: AtomicUsize::new(0),
+                spin,
+                caller_spin,
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
                 watch: Condvar::new(),
@@ -398,16 +405,21 @@ impl BlockingPool {
         )?;
         let mut rx = rx;
         let polling = Instant::now();
-        let caller_spin = caller_spin();
-        while !caller_spin.is_zero() {
+        let spin = &self.handle.0.caller_spin;
+        let window = spin.window();
+        while !window.is_zero() {
             match rx.try_recv() {
-                Ok(answer) => return answer,
+                Ok(answer) => {
+                    spin.record(window, true);
+                    return answer;
+                }
                 Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
                     return Err(PoolError::Unavailable("the job was dropped".into()));
                 }
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
             }
-            if polling.elapsed() >= caller_spin {
+            if polling.elapsed() >= window {
+                spin.record(window, false);
                 break;
             }
             tokio::task::yield_now().await;
@@ -667,15 +679,22 @@ fn work(inner: &Inner, linger: bool) {
             break;
         }
         state.idle += 1;
-        if !state.spinning && !spin().is_zero() {
-            state.spinning = true;
-            drop(state);
-            spin_for_work(inner);
-            state = inner.state();
-            state.spinning = false;
-            if !state.queue.is_empty() || state.closed {
-                state.idle -= 1;
-                continue;
+        if !state.spinning {
+            let window = inner.spin.window();
+            if !window.is_zero()
+                && let Some(turn) = SpinTurn::take()
+            {
+                state.spinning = true;
+                drop(state);
+                let hit = spin_for_work(inner, window);
+                drop(turn);
+                inner.spin.record(window, hit);
+                state = inner.state();
+                state.spinning = false;
+                if !state.queue.is_empty() || state.closed {
+                    state.idle -= 1;
+                    continue;
+                }
             }
         }
         state.sleeping += 1;
@@ -693,18 +712,18 @@ fn work(inner: &Inner, linger: bool) {
     state.threads -= 1;
 }
 
-/// Spins for at most [`spin`] until a job is queued.
-fn spin_for_work(inner: &Inner) {
-    let until = Instant::now() + spin();
+/// Spins for at most `window` until a job is queued; true if one was.
+fn spin_for_work(inner: &Inner, window: Duration) -> bool {
+    let until = Instant::now() + window;
     loop {
         for _ in 0..64 {
             if inner.queued.load(Ordering::SeqCst) > 0 {
-                return;
+                return true;
             }
             std::hint::spin_loop();
         }
         if Instant::now() >= until {
-            return;
+            return false;
         }
     }
 }
@@ -952,6 +971,17 @@ mod tests {
         assert!(used < 32, "200 quick jobs ran on {used} threads");
     }
 
+    /// A pool on the runtime whose threads and callers never spin (so its thread sleeps).
+    fn on_runtime_without_spinning(max_threads: usize) -> BlockingPool {
+        BlockingPool::hosted_spinning(
+            "t".into(),
+            max_threads,
+            Host::Runtime,
+            AdaptiveSpin::off(),
+            AdaptiveSpin::off(),
+        )
+    }
+
     /// True once the pool's one thread sleeps, waiting for work, within a millisecond (a
     /// borrowed thread sleeps two before it goes back to the runtime).
     fn its_thread_sleeps(pool: &BlockingPool) -> bool {
@@ -967,7 +997,7 @@ mod tests {
 
     #[tokio::test]
     async fn jobs_submitted_together_share_a_wake_up() {
-        let pool = BlockingPool::on_runtime("t", 4);
+        let pool = on_runtime_without_spinning(4);
         for _ in 0..100 {
             assert_eq!(pool.run("first", None, |_| 1).await, Ok(1));
             if !its_thread_sleeps(&pool) {
@@ -997,7 +1027,7 @@ mod tests {
 
     #[test]
     fn a_wake_up_left_to_a_runtime_that_cannot_run_it_still_comes_soon() {
-        let pool = BlockingPool::on_runtime("t", 1);
+        let pool = on_runtime_without_spinning(1);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
