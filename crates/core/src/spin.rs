@@ -75,7 +75,7 @@ impl AdaptiveSpin {
             .off_waits
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_add(1);
-        if waits % PROBE_EVERY == 0 {
+        if waits.is_multiple_of(PROBE_EVERY) {
             // A probe as wide as a spin may be: a narrower one would miss events that a
             // full window catches, and spinning would never come back.
             full
