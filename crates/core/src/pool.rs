@@ -34,7 +34,9 @@
 //!   sleeping, a free thread spins for the next job and a caller polls for its answer, each
 //!   for a window that follows what spinning achieved ([`crate::spin`]): on a quiet machine a
 //!   stream of calls then hands off without wake-ups; where spinning only takes a core from
-//!   the work it waits for, its spins miss and it turns itself off (`DSH_POOL_SPIN_US` and
+//!   the work it waits for, its spins miss and it turns itself off; and neither side spins
+//!   while more than a couple of callers wait, as a burst is served better by one wake-up
+//!   while the callers' tasks keep the cores (`DSH_POOL_SPIN_US` and
 //!   `DSH_POOL_CALLER_SPIN_US`, read once, fix the windows instead; `0` turns spinning off).
 //!
 //! A job's panic is caught and answered [`PoolError::Panicked`]. Each job gets an
@@ -85,6 +87,30 @@ const SPIN_MAX_US: u32 = 100;
 /// `DSH_POOL_CALLER_SPIN_US` fixes it): an answer that comes meanwhile is picked up without a
 /// cross-thread wake of the caller's worker.
 const CALLER_SPIN_MAX_US: u32 = 50;
+
+/// Spinning, on either side, is for a stream of calls one at a time: it is tried only while at
+/// most this many callers wait for answers. With more, the jobs come in bursts (the calls of a
+/// step, many sessions), which one wake-up serves together while the runtime's other tasks
+/// keep the cores busy; a spinning thread would take a core from them and serve the burst one
+/// job at a time.
+const SPIN_CALLERS: usize = 2;
+
+/// Counts a caller of [`BlockingPool::run`] as waiting while it lives (dropped futures too).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    /// Counts one more; answers the guard and how many wait now, this one included.
+    fn enter(count: &'a AtomicUsize) -> (Waiting<'a>, usize) {
+        let now = count.fetch_add(1, Ordering::Relaxed) + 1;
+        (Waiting(count), now)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// How long the deadline monitor, having seen jobs, sleeps before it looks again when none of
 /// them needs it sooner: a job submitted meanwhile whose deadline is later needs no wake-up of
@@ -251,6 +277,9 @@ struct Inner {
     queued: AtomicUsize,
     /// How many times a sleeping thread was told of work (read by tests).
     wakes: AtomicUsize,
+    /// How many callers of [`BlockingPool::run`] wait for an answer now (see
+    /// [`SPIN_CALLERS`]).
+    callers: AtomicUsize,
     /// How long an idle thread spins for the next job.
     spin: AdaptiveSpin,
     /// How long a caller polls for its answer.
@@ -354,6 +383,7 @@ impl BlockingPool {
                 max_threads: max_threads.max(1),
                 queued: AtomicUsize::new(0),
                 wakes: AtomicUsize::new(0),
+                callers: AtomicUsize::new(0),
                 spin,
                 caller_spin,
                 state: Mutex::new(State::default()),
@@ -394,6 +424,8 @@ impl BlockingPool {
         F: FnOnce(&Activity) -> T + Send + 'static,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // Counted before the job is queued, so a pool thread that finishes it sees this caller.
+        let (_waiting, callers) = Waiting::enter(&self.handle.0.callers);
         self.submit(
             label.into(),
             deadline,
@@ -406,7 +438,11 @@ impl BlockingPool {
         let mut rx = rx;
         let polling = Instant::now();
         let spin = &self.handle.0.caller_spin;
-        let window = spin.window();
+        let window = if callers <= SPIN_CALLERS {
+            spin.window()
+        } else {
+            Duration::ZERO
+        };
         while !window.is_zero() {
             match rx.try_recv() {
                 Ok(answer) => {
@@ -648,7 +684,8 @@ fn grow(inner: &Arc<Inner>, state: &mut State) -> std::io::Result<()> {
 
 /// A worker thread: runs queued jobs until idle for [`IDLE_EXIT`] (when it may `linger`;
 /// otherwise [`BORROWED_LINGER`]) or the pool closes. Between jobs it first spins for
-/// [`spin`] (one thread of the pool at a time), so that a job submitted soon after the last
+/// a window learnt from earlier spins ([`crate::spin`]; one thread of the process at a time,
+/// and only while few callers wait, see [`SPIN_CALLERS`]), so that a job submitted soon after the last
 /// one is taken without a wake-up.
 fn work(inner: &Inner, linger: bool) {
     let idle_exit = if linger { IDLE_EXIT } else { BORROWED_LINGER };
@@ -679,7 +716,7 @@ fn work(inner: &Inner, linger: bool) {
             break;
         }
         state.idle += 1;
-        if !state.spinning {
+        if !state.spinning && inner.callers.load(Ordering::Relaxed) <= SPIN_CALLERS {
             let window = inner.spin.window();
             if !window.is_zero()
                 && let Some(turn) = SpinTurn::take()
@@ -993,6 +1030,41 @@ mod tests {
             std::thread::yield_now();
         }
         false
+    }
+
+    #[test]
+    fn a_free_thread_spins_only_while_few_callers_wait() {
+        let pool = BlockingPool::hosted_spinning(
+            "t".into(),
+            1,
+            Host::Own,
+            AdaptiveSpin::fixed(Duration::from_millis(20)),
+            AdaptiveSpin::off(),
+        );
+        let callers = &pool.handle.0.callers;
+        // One caller (as in a stream of calls one at a time): after its job the thread spins
+        // for the next one instead of sleeping. The spin turn is the process's: a pool of
+        // another test may hold it for a moment, so this is tried a few times.
+        let spun = (0..20).any(|_| {
+            let (_one, _) = Waiting::enter(callers);
+            assert_eq!(pool.run_blocking("one", None, |_| 1), Ok(1));
+            !its_thread_sleeps(&pool)
+        });
+        assert!(spun, "the thread never spun for a lone caller");
+        // Many callers waiting (a burst): the thread sleeps at once, leaving the cores to them.
+        let many: Vec<_> = (0..=SPIN_CALLERS)
+            .map(|_| Waiting::enter(callers).0)
+            .collect();
+        for _ in 0..5 {
+            assert_eq!(pool.run_blocking("burst", None, |_| 2), Ok(2));
+            assert!(
+                its_thread_sleeps(&pool),
+                "the thread spun with {} callers waiting",
+                many.len()
+            );
+        }
+        drop(many);
+        assert_eq!(callers.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]

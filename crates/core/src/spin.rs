@@ -54,8 +54,14 @@ impl AdaptiveSpin {
     /// Never spins (for tests that need a thread asleep).
     #[cfg(test)]
     pub(crate) fn off() -> AdaptiveSpin {
+        AdaptiveSpin::fixed(Duration::ZERO)
+    }
+
+    /// Always spins `window` (for tests).
+    #[cfg(test)]
+    pub(crate) fn fixed(window: Duration) -> AdaptiveSpin {
         AdaptiveSpin {
-            fixed: Some(Duration::ZERO),
+            fixed: Some(window),
             max_us: 0,
             credit: AtomicU32::new(0),
             off_waits: AtomicU32::new(0),
