@@ -11,13 +11,6 @@ use dsh_core::Hooks;
 use dsh_scheduler::SchedulerConfig;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
 
 fn open_fds(pid: u32) -> Vec<u32> {
     let mut fds: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -26,14 +19,6 @@ fn open_fds(pid: u32) -> Vec<u32> {
         .collect();
     fds.sort();
     fds
-}
-
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,21 +17,9 @@ use std::time::{Duration, Instant};
 /// Every process this test process started and has not reaped, with its state letter (`Z`:
 /// ended, not reaped), and the processes they started in turn (a fork server's workers).
 fn descendants() -> Vec<(u32, char)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let all: Vec<(u32, u32, char)> = dir
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // `pid (comm) state ppid ...`: comm may hold spaces, so read after its `)`.
-            let (_, rest) = stat.rsplit_once(')')?;
-            let mut fields = rest.split_whitespace();
-            let state = fields.next()?.chars().next()?;
-            let ppid = fields.next()?.parse::<u32>().ok()?;
-            Some((pid, ppid, state))
-        })
+    let all: Vec<(u32, u32, char)> = processes()
+        .into_iter()
+        .map(|(pid, stat)| (pid, stat.ppid, stat.state))
         .collect();
     let mut found = Vec::new();
     let mut parents = vec![std::process::id()];

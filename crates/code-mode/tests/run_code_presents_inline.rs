@@ -5,45 +5,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;
+#[path = "../../../tests/support/stuck_present.rs"]
+mod stuck_present;
 
-use async_trait::async_trait;
 use common::*;
-use dsh_core::{ContentBlock, ToolCall, ToolContext, ToolDefinition, ToolFailure, ToolRegistry};
-use dsh_scheduler::{HarnessBuilder, PipelineConfig, SchedulerConfig, StepRequest};
-use dsh_session::SessionLog;
-use serde_json::{Value, json};
+use dsh_core::{ToolCall, ToolRegistry};
+use dsh_scheduler::StepRequest;
+use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// A user's tool whose own `present`, once `block` is set, blocks until `block` is unset
-/// again (20 s at most), and says nothing of whether it may block.
-struct Stuck {
-    block: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl ToolDefinition for Stuck {
-    fn name(&self) -> &str {
-        "stuck"
-    }
-    fn description(&self) -> &str {
-        "blocks in its own present"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
-        Ok(json!("stuck value"))
-    }
-    fn present(&self, value: &Value) -> Vec<ContentBlock> {
-        let started = Instant::now();
-        while self.block.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        vec![ContentBlock::text(value.to_string())]
-    }
-}
+use stuck_present::{Stuck, one_user_code_thread};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_answers_while_every_user_code_thread_is_stuck() {
@@ -56,24 +28,7 @@ async fn a_script_answers_while_every_user_code_thread_is_stuck() {
             block: block.clone(),
         })
         .unwrap();
-    // One user-code thread, so that one stuck `present` holds all of them.
-    let harness = HarnessBuilder::new(registry)
-        .config(PipelineConfig {
-            user_code_threads: 1,
-            user_code_deadline: Duration::from_millis(300),
-            ..PipelineConfig::default()
-        })
-        .build()
-        .await
-        .unwrap();
-    let session = harness
-        .open(
-            SessionLog::memory().await.unwrap(),
-            SchedulerConfig::default(),
-            None,
-        )
-        .await
-        .unwrap();
+    let (harness, session) = one_user_code_thread(registry).await;
     // The user's tool is given up on at the deadline, and its thread stays stuck.
     let started = Instant::now();
     let stuck = session

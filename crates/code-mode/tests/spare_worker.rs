@@ -11,26 +11,6 @@ use dsh_core::Hooks;
 use dsh_scheduler::SchedulerConfig;
 use serde_json::json;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-fn running(pid: u32) -> bool {
-    // A zombie (ended, not yet reaped) is not running.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_script_runs_in_a_fresh_process_started_ahead_of_time() {

@@ -6,51 +6,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "../../../tests/support/stuck_present.rs"]
+mod stuck_present;
 
-use async_trait::async_trait;
 use common::{code, quick, servers};
-use dsh_core::{
-    ContentBlock, FrozenResult, ToolCall, ToolContext, ToolDefinition, ToolFailure, ToolRegistry,
-};
+use dsh_core::{ContentBlock, FrozenResult, ToolCall, ToolRegistry};
 use dsh_mcp::McpToolSource;
-use dsh_scheduler::{HarnessBuilder, PipelineConfig, SchedulerConfig, Session, StepRequest};
-use dsh_session::SessionLog;
+use dsh_scheduler::{Session, StepRequest};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// How long the user-code pool waits for a `present`.
-const DEADLINE: Duration = Duration::from_millis(300);
-
-/// A user's tool whose own `present`, once `block` is set, blocks until `block` is unset
-/// again (20 s at most), and says nothing of whether it may block.
-struct Stuck {
-    block: Arc<AtomicBool>,
-}
-
-#[async_trait]
-impl ToolDefinition for Stuck {
-    fn name(&self) -> &str {
-        "stuck"
-    }
-    fn description(&self) -> &str {
-        "blocks in its own present"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object"})
-    }
-    async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<Value, ToolFailure> {
-        Ok(json!("stuck value"))
-    }
-    fn present(&self, value: &Value) -> Vec<ContentBlock> {
-        let started = Instant::now();
-        while self.block.load(Ordering::SeqCst) && started.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        vec![ContentBlock::text(value.to_string())]
-    }
-}
+use stuck_present::{Stuck, one_user_code_thread};
 
 async fn one(session: &Session, id: &str, tool: &str, args: Value) -> FrozenResult {
     let calls = vec![ToolCall::new(id, tool, args)];
@@ -75,24 +42,7 @@ async fn upstream_tools_answer_while_every_user_code_thread_is_stuck() {
             block: block.clone(),
         })
         .unwrap();
-    // One user-code thread, so that one stuck `present` holds all of them.
-    let harness = HarnessBuilder::new(registry.clone())
-        .config(PipelineConfig {
-            user_code_threads: 1,
-            user_code_deadline: DEADLINE,
-            ..PipelineConfig::default()
-        })
-        .build()
-        .await
-        .unwrap();
-    let session = harness
-        .open(
-            SessionLog::memory().await.unwrap(),
-            SchedulerConfig::default(),
-            None,
-        )
-        .await
-        .unwrap();
+    let (harness, session) = one_user_code_thread(registry.clone()).await;
     assert_eq!(
         code(&one(&session, "s1", "stuck", json!({})).await),
         "ok",

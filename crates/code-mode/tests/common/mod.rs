@@ -201,34 +201,72 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
         .await
 }
 
+/// What `/proc/PID/stat` says of a process: its command name, state letter (`Z`: ended, not
+/// reaped) and parent; `None` once it is gone (Linux only).
+pub struct ProcStat {
+    pub comm: String,
+    pub state: char,
+    pub ppid: u32,
+}
+
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`: comm may hold spaces, so read after its last `)`.
+    let (head, rest) = stat.rsplit_once(')')?;
+    let (_, comm) = head.split_once('(')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some(ProcStat {
+        comm: comm.to_string(),
+        state,
+        ppid,
+    })
+}
+
+/// Every process of the machine, with what its stat says.
+pub fn processes() -> Vec<(u32, ProcStat)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, proc_stat(pid)?)))
+        .collect()
+}
+
+/// The parent of `pid`, while it exists.
+pub fn parent(pid: u32) -> Option<u32> {
+    proc_stat(pid).map(|s| s.ppid)
+}
+
+/// True while `pid` runs (a zombie, ended and not yet reaped, does not).
+pub fn running(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|s| s.state != 'Z')
+}
+
+/// Waits until `done` (10 s at most, else fails saying `what`).
+pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The pids of the script workers this process started (Linux: from /proc): its children
 /// and the children of its fork servers (the fork servers themselves run no script), so a
 /// test can see that a stopped script's process is really gone.
 pub fn child_workers() -> Vec<u32> {
     let me = std::process::id();
     let servers = dsh_code_mode::fork_servers();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // `pid (comm) state ppid ...`: comm may hold spaces, so read after its `)`.
-            let Some((comm, rest)) = stat.rsplit_once(')') else {
-                return false;
-            };
-            let ppid = rest
-                .split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u32>().ok());
-            let parent_ours = ppid == Some(me) || ppid.is_some_and(|p| servers.contains(&p));
-            parent_ours && !servers.contains(pid) && comm.contains("dsh-code-worker")
-        })
-        .collect::<Vec<u32>>()
+    processes()
         .into_iter()
+        .filter(|(pid, stat)| {
+            let parent_ours = stat.ppid == me || servers.contains(&stat.ppid);
+            parent_ours && !servers.contains(pid) && stat.comm.contains("dsh-code-worker")
+        })
+        .map(|(pid, _)| pid)
         // The idle spare a `RunCode` starts ahead of its next script (listed from its start
         // until a script takes it or it is reaped) has run nothing: not a script's process.
         .filter(|pid| !dsh_code_mode::spare_workers().contains(pid))
