@@ -32,11 +32,11 @@
 //!   submitted from a task leaves the wake-up to a task that runs after the runtime's ready
 //!   ones, so the jobs that many calls submit in one turn of the runtime share it. Before
 //!   sleeping, a free thread spins for the next job and a caller polls for its answer, each
-//!   for a window that follows what spinning achieved ([`crate::spin`]): on a quiet machine a
-//!   stream of calls then hands off without wake-ups; where spinning only takes a core from
-//!   the work it waits for, its spins miss and it turns itself off; and neither side spins
-//!   while more than a couple of callers wait, as a burst is served better by one wake-up
-//!   while the callers' tasks keep the cores (`DSH_POOL_SPIN_US` and
+//!   for a window that follows what spinning achieved (the crate's private `spin` module): on
+//!   a quiet machine a stream of calls then hands off without wake-ups; where spinning only
+//!   takes a core from the work it waits for, its spins miss and it turns itself off; and
+//!   neither side spins while more than a couple of callers wait, as a burst is served better
+//!   by one wake-up while the callers' tasks keep the cores (`DSH_POOL_SPIN_US` and
 //!   `DSH_POOL_CALLER_SPIN_US`, read once, fix the windows instead; `0` turns spinning off).
 //!
 //! A job's panic is caught and answered [`PoolError::Panicked`]. Each job gets an
