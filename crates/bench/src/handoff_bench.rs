@@ -3,6 +3,8 @@
 //! runs on the user-code pool instead of the async worker.
 
 use crate::Bench;
+// The pipeline benches' runtime: this is the floor under their calls.
+use crate::pipeline_bench::runtime;
 use crate::report::{emit, quantile};
 use dsh_core::pool::BlockingPool;
 use std::time::{Duration, Instant};
@@ -16,19 +18,6 @@ pub const BENCHES: &[Bench] = &[Bench {
 
 const WARM_UP: usize = 2_000;
 const ROUNDS: usize = 20_000;
-
-fn runtime() -> tokio::runtime::Runtime {
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot build a runtime: {e}");
-            std::process::exit(3);
-        }
-    }
-}
 
 /// Round trips of an empty job through `pool` from one task, one after another, in µs.
 async fn pool_round_trips(pool: &BlockingPool) -> Vec<f64> {

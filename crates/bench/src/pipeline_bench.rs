@@ -151,7 +151,8 @@ impl ResultObserver for InlineCount {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+/// The runtime the pipeline benches (and `pipeline/handoff`) run on.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
