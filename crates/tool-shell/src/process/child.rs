@@ -170,26 +170,8 @@ pub(super) fn start_standby(parent_pid: pid_t, procs: &[c_int]) -> std::io::Resu
         n_procs: procs.len(),
     });
     args.procs[..procs.len()].copy_from_slice(procs);
-    // SAFETY: an anonymous private mapping, checked below; freed only once the standby is
-    // reaped (`reap_standby`).
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STANDBY_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    // The lowest page stays inaccessible: an overflow faults rather than writing past the
-    // mapping.
-    // SAFETY: the first page of the mapping made above.
-    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
-    let top = (stack as usize + STANDBY_STACK) & !15;
+    // Freed only once the standby is reaped (`reap_standby`).
+    let (stack, top) = map_stack(STANDBY_STACK).map_err(std::io::Error::from_raw_os_error)?;
     let arg: *mut StandbyArgs = &mut *args;
     // SAFETY: `standby_main` runs on the fresh stack `top` (16-byte aligned, below it the
     // mapping) with `arg`, which stays valid until the standby is reaped; with CLONE_VM it
@@ -305,6 +287,30 @@ impl Drop for StandbyProcess {
 
 // ---------------------------------------------------------------------------------------------
 // Thin wrappers: each one system call, on arguments that are valid for its whole duration.
+
+/// A stack of `len` bytes for a process started by `clone` on it: an anonymous private mapping
+/// whose lowest page stays inaccessible, so an overflow faults rather than writing past it.
+/// Answers the mapping (for `munmap` with `len`) and its 16-byte aligned top, or the errno.
+/// Only system calls, no allocation: it is also called in init, between fork and exec.
+fn map_stack(len: usize) -> Result<(*mut c_void, usize), i32> {
+    // SAFETY: an anonymous private mapping, checked below; the caller unmaps it.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    // SAFETY: the first page of the mapping made above.
+    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
+    Ok((stack, (stack as usize + len) & !15))
+}
 
 fn errno() -> i32 {
     // SAFETY: `__errno_location` returns a valid pointer to this thread's errno.
@@ -757,25 +763,8 @@ extern "C" fn command_main(arg: *mut c_void) -> c_int {
 /// what `command` changes before the exec touches init in nothing but memory init does not
 /// read again: the stack, which goes once the exec is done.
 fn spawn_command(plan: &ChildPlan, exec: &ExecPtrs) -> Result<pid_t, i32> {
-    // SAFETY: an anonymous private mapping, checked below; unmapped once the command has
-    // exec'd or exited (the return of the `CLONE_VFORK` clone).
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            COMMAND_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(errno());
-    }
-    // The lowest page stays inaccessible: an overflow faults rather than writing past it.
-    // SAFETY: the first page of the mapping made above.
-    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
-    let top = (stack as usize + COMMAND_STACK) & !15;
+    // Unmapped once the command has exec'd or exited (the return of the `CLONE_VFORK` clone).
+    let (stack, top) = map_stack(COMMAND_STACK)?;
     let args = CommandArgs { plan, exec };
     // SAFETY: `command_main` runs on the fresh stack `top` (16-byte aligned, the mapping below
     // it) with `args`, alive on this stack frame while `CLONE_VFORK` suspends this process;
